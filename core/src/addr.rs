@@ -1,0 +1,238 @@
+//! Physical addresses, page frame numbers and buddy orders.
+#![deny(unsafe_code)]
+
+use core::fmt;
+
+/// log2 of the base page size.
+pub const PAGE_SHIFT: u32 = 12;
+/// The base page size: 4 KiB.
+pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
+/// The largest buddy order: an order-18 block is 2^18 frames, 1 GiB.
+pub const MAX_ORDER: u8 = 18;
+/// Number of orders, `0..=MAX_ORDER`.
+pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
+
+/// A physical page frame number (physical address >> 12).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct Pfn(pub u64);
+
+impl Pfn {
+    /// The frame number `n`.
+    pub const fn new(n: u64) -> Self {
+        Self(n)
+    }
+    /// The frame number as an integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+    /// The physical address of the first byte of the frame.
+    pub const fn addr(self) -> PhysAddr {
+        PhysAddr(self.0 << PAGE_SHIFT)
+    }
+    /// `true` if the frame starts a naturally aligned block of `order`.
+    pub const fn is_aligned(self, order: Order) -> bool {
+        self.0 & (order.frames() - 1) == 0
+    }
+    /// The frame `n` frames further on, or `None` on overflow.
+    pub const fn checked_add(self, n: u64) -> Option<Pfn> {
+        match self.0.checked_add(n) {
+            Some(v) => Some(Pfn(v)),
+            None => None,
+        }
+    }
+}
+
+impl fmt::Debug for Pfn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pfn({:#x})", self.0)
+    }
+}
+
+impl fmt::Display for Pfn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// A physical byte address.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct PhysAddr(pub u64);
+
+impl PhysAddr {
+    /// The address `a`.
+    pub const fn new(a: u64) -> Self {
+        Self(a)
+    }
+    /// The address as an integer.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+    /// The frame that contains this address.
+    pub const fn pfn(self) -> Pfn {
+        Pfn(self.0 >> PAGE_SHIFT)
+    }
+    /// The frame that starts at this address, or `None` if it is not page aligned
+    /// (`x86_64`'s `PhysFrame::from_start_address`).
+    pub const fn try_pfn(self) -> Option<Pfn> {
+        if self.0 % PAGE_SIZE == 0 {
+            Some(Pfn(self.0 >> PAGE_SHIFT))
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Debug for PhysAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PhysAddr({:#x})", self.0)
+    }
+}
+
+/// A half-open range of page frames, `start..end`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PhysRange {
+    /// First frame of the range.
+    pub start: Pfn,
+    /// One past the last frame of the range.
+    pub end: Pfn,
+}
+
+impl PhysRange {
+    /// The frames `start..end`; `None` if `end < start`.
+    pub const fn new(start: Pfn, end: Pfn) -> Option<Self> {
+        if end.0 < start.0 {
+            None
+        } else {
+            Some(Self { start, end })
+        }
+    }
+    /// The frames covering the page-aligned bytes `base..base + size`;
+    /// `None` if either is not page aligned or the sum overflows.
+    pub const fn from_bytes(base: PhysAddr, size: u64) -> Option<Self> {
+        if base.0 % PAGE_SIZE != 0 || size % PAGE_SIZE != 0 {
+            return None;
+        }
+        match base.0.checked_add(size) {
+            Some(end) => Some(Self {
+                start: Pfn(base.0 >> PAGE_SHIFT),
+                end: Pfn(end >> PAGE_SHIFT),
+            }),
+            None => None,
+        }
+    }
+    /// Number of frames in the range.
+    pub const fn frames(&self) -> u64 {
+        self.end.0 - self.start.0
+    }
+    /// `true` if the range holds no frame.
+    pub const fn is_empty(&self) -> bool {
+        self.end.0 == self.start.0
+    }
+    /// `true` if `pfn` lies in the range.
+    pub const fn contains(&self, pfn: Pfn) -> bool {
+        self.start.0 <= pfn.0 && pfn.0 < self.end.0
+    }
+    /// `true` if the two ranges share a frame.
+    pub const fn overlaps(&self, other: &PhysRange) -> bool {
+        self.start.0 < other.end.0 && other.start.0 < self.end.0
+    }
+    /// Size of the range in bytes.
+    pub const fn bytes(&self) -> u64 {
+        self.frames() << PAGE_SHIFT
+    }
+}
+
+/// A buddy order: a block of order `k` is `2^k` contiguous, naturally aligned frames.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct Order(u8);
+
+impl Order {
+    /// Order 0: one 4 KiB frame.
+    pub const ZERO: Order = Order(0);
+    /// Order 9: a 2 MiB block.
+    pub const HUGE_2M: Order = Order(9);
+    /// Order 18: a 1 GiB block, the largest.
+    pub const MAX: Order = Order(MAX_ORDER);
+
+    /// The order `k`, or `None` if `k > MAX_ORDER`.
+    pub const fn try_new(k: u8) -> Option<Order> {
+        if k <= MAX_ORDER { Some(Order(k)) } else { None }
+    }
+    /// The order `k`.
+    ///
+    /// # Panics
+    /// If `k > MAX_ORDER`; use [`Order::try_new`] for untrusted input.
+    pub const fn new(k: u8) -> Order {
+        match Self::try_new(k) {
+            Some(o) => o,
+            None => panic!("order above MAX_ORDER"),
+        }
+    }
+    /// The order as an integer.
+    pub const fn get(self) -> u8 {
+        self.0
+    }
+    /// The order as an index into per-order arrays.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+    /// Number of frames in a block of this order.
+    pub const fn frames(self) -> u64 {
+        1 << self.0
+    }
+    /// Size in bytes of a block of this order.
+    pub const fn bytes(self) -> u64 {
+        PAGE_SIZE << self.0
+    }
+    /// All orders, ascending.
+    pub fn all() -> impl DoubleEndedIterator<Item = Order> + Clone {
+        (0..=MAX_ORDER).map(Order)
+    }
+}
+
+impl fmt::Debug for Order {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Order({})", self.0)
+    }
+}
+
+impl fmt::Display for Order {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_and_alignment() {
+        assert_eq!(Order::MAX.frames(), 262_144);
+        assert_eq!(Order::MAX.bytes(), 1 << 30);
+        assert_eq!(Order::HUGE_2M.bytes(), 2 << 20);
+        assert!(Order::try_new(19).is_none());
+        assert!(Pfn(512).is_aligned(Order::HUGE_2M));
+        assert!(!Pfn(513).is_aligned(Order::new(1)));
+        assert_eq!(PhysAddr(0x1001).try_pfn(), None);
+        assert_eq!(PhysAddr(0x2000).try_pfn(), Some(Pfn(2)));
+    }
+
+    #[test]
+    fn ranges() {
+        let r = PhysRange::from_bytes(PhysAddr(1 << 30), 1 << 30).unwrap();
+        assert_eq!(r.frames(), 262_144);
+        assert!(r.contains(Pfn(262_144)));
+        assert!(!r.contains(Pfn(524_288)));
+        assert!(PhysRange::from_bytes(PhysAddr(1), 4096).is_none());
+        assert!(PhysRange::from_bytes(PhysAddr(u64::MAX & !0xfff), 8192).is_none());
+        assert!(PhysRange::new(Pfn(2), Pfn(1)).is_none());
+    }
+}

@@ -1,0 +1,270 @@
+//! Typed errors, one small `Copy` enum per operation. They carry the offending value and never a
+//! string, so they work without a heap.
+#![deny(unsafe_code)]
+
+use core::fmt;
+
+use crate::addr::{Order, Pfn};
+use crate::topology::NodeId;
+
+macro_rules! impl_error {
+    ($ty:ty, $self:ident, $f:ident, $body:expr) => {
+        impl fmt::Display for $ty {
+            fn fmt(&$self, $f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                $body
+            }
+        }
+        impl core::error::Error for $ty {}
+    };
+}
+
+/// A topology table breaks a rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum TopologyError {
+    /// The topology has no node.
+    NoNodes,
+    /// More than [`MAX_NODES`](crate::topology::MAX_NODES) nodes.
+    TooManyNodes {
+        /// Number of nodes given.
+        nodes: usize,
+    },
+    /// The distance table is not `nodes × nodes`.
+    DistanceTableSize {
+        /// Number of nodes.
+        nodes: usize,
+        /// Number of distance entries given.
+        entries: usize,
+    },
+    /// A distance breaks the SLIT rules (10 on the diagonal, 10..=255 elsewhere).
+    BadDistance {
+        /// Row.
+        from: NodeId,
+        /// Column.
+        to: NodeId,
+        /// The offending value.
+        distance: u8,
+    },
+    /// A node with CPUs names an initiator.
+    InitiatorOnCpuNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// An initiator that does not exist or has no CPUs.
+    BadInitiator {
+        /// The CPU-less node.
+        node: NodeId,
+        /// The initiator it names.
+        initiator: NodeId,
+    },
+}
+
+impl_error!(TopologyError, self, f, match *self {
+    TopologyError::NoNodes => write!(f, "topology has no nodes"),
+    TopologyError::TooManyNodes { nodes } => write!(f, "{nodes} nodes, at most 1024 supported"),
+    TopologyError::DistanceTableSize { nodes, entries } => {
+        write!(f, "distance table has {entries} entries, {nodes} nodes need {}", nodes * nodes)
+    }
+    TopologyError::BadDistance { from, to, distance } => {
+        write!(f, "distance {from}->{to} is {distance}: SLIT needs 10 on the diagonal and 10..=255 elsewhere")
+    }
+    TopologyError::InitiatorOnCpuNode { node } => write!(f, "node {node} has CPUs but names an initiator"),
+    TopologyError::BadInitiator { node, initiator } => {
+        write!(f, "node {node} names initiator {initiator}, which is not a node with CPUs")
+    }
+});
+
+/// Booting a machine or hot-adding memory failed; nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum BootError {
+    /// A memory range names a node outside the topology.
+    UnknownNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// Memory was given for a node the topology says has none, or none for one that has.
+    MemoryStateMismatch {
+        /// The node.
+        node: NodeId,
+    },
+    /// Two memory ranges overlap, or a hot-added range overlaps present memory.
+    Overlap {
+        /// First frame of the offending range.
+        start: Pfn,
+    },
+    /// A range is empty or too large (a zone may span at most 2^32 frames, 16 TiB).
+    BadRange {
+        /// First frame of the offending range.
+        start: Pfn,
+    },
+    /// More memory ranges than the fixed tables hold.
+    TooManyRanges,
+    /// The platform could not map a metadata region.
+    MapFailed {
+        /// First frame of the region.
+        start: Pfn,
+    },
+    /// No node has room for the machine-wide tables.
+    NoBootMemory,
+}
+
+impl_error!(BootError, self, f, match *self {
+    BootError::UnknownNode { node } => write!(f, "memory for node {node}, which is not in the topology"),
+    BootError::MemoryStateMismatch { node } => write!(f, "node {node}: memory ranges disagree with has_memory"),
+    BootError::Overlap { start } => write!(f, "memory range at pfn {start} overlaps another"),
+    BootError::BadRange { start } => write!(f, "memory range at pfn {start} is empty or spans more than 2^32 frames"),
+    BootError::TooManyRanges => write!(f, "too many memory ranges"),
+    BootError::MapFailed { start } => write!(f, "platform could not map metadata at pfn {start}"),
+    BootError::NoBootMemory => write!(f, "no node has room for the allocator's tables"),
+});
+
+/// A free was rejected; the allocator's state is unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum FreeError {
+    /// The frame is not memory this allocator owns.
+    Foreign {
+        /// The frame.
+        pfn: Pfn,
+    },
+    /// The frame is not aligned to the order given.
+    Misaligned {
+        /// The frame.
+        pfn: Pfn,
+        /// The order given.
+        order: Order,
+    },
+    /// The block is already free.
+    DoubleFree {
+        /// The frame.
+        pfn: Pfn,
+    },
+    /// The frame does not start an allocated block (it lies inside one, or was never handed out).
+    NotAllocated {
+        /// The frame.
+        pfn: Pfn,
+    },
+    /// The block was allocated with another order.
+    WrongOrder {
+        /// The frame.
+        pfn: Pfn,
+        /// The order given.
+        given: Order,
+        /// The order it was allocated with.
+        allocated: Order,
+    },
+    /// The block belongs to a huge-page pool: free it with `free_huge`.
+    HugePage {
+        /// The frame.
+        pfn: Pfn,
+    },
+    /// The frame appears twice in one bulk free.
+    Duplicate {
+        /// The frame.
+        pfn: Pfn,
+    },
+}
+
+impl_error!(FreeError, self, f, match *self {
+    FreeError::Foreign { pfn } => write!(f, "pfn {pfn} is not owned by this allocator"),
+    FreeError::Misaligned { pfn, order } => write!(f, "pfn {pfn} is not aligned to order {order}"),
+    FreeError::DoubleFree { pfn } => write!(f, "pfn {pfn} is already free"),
+    FreeError::NotAllocated { pfn } => write!(f, "pfn {pfn} does not start an allocated block"),
+    FreeError::WrongOrder { pfn, given, allocated } => {
+        write!(f, "pfn {pfn} freed with order {given} but allocated with order {allocated}")
+    }
+    FreeError::HugePage { pfn } => write!(f, "pfn {pfn} is a pool huge page; use free_huge"),
+    FreeError::Duplicate { pfn } => write!(f, "pfn {pfn} appears twice in one bulk free"),
+});
+
+/// A free inside a bulk free failed; `index` names the offending slot. Nothing was freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct BulkFreeError {
+    /// Index of the offending frame in the slice.
+    pub index: usize,
+    /// Why it was rejected.
+    pub error: FreeError,
+}
+
+impl_error!(BulkFreeError, self, f, write!(f, "entry {}: {}", self.index, self.error));
+
+/// A memory policy or interleave weight was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The policy's node mask is empty (or holds no node of the machine).
+    EmptyMask,
+    /// A node outside the machine.
+    UnknownNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// An interleave weight of 0.
+    ZeroWeight {
+        /// The node whose weight is 0.
+        node: NodeId,
+    },
+    /// The weight table does not have one entry per node.
+    WeightCount {
+        /// Entries given.
+        given: usize,
+        /// Nodes in the machine.
+        nodes: usize,
+    },
+    /// Automatic weights need a bandwidth for every node of the set.
+    MissingBandwidth {
+        /// The node without one.
+        node: NodeId,
+    },
+}
+
+impl_error!(PolicyError, self, f, match *self {
+    PolicyError::EmptyMask => write!(f, "policy node mask is empty"),
+    PolicyError::UnknownNode { node } => write!(f, "node {node} is not in the machine"),
+    PolicyError::ZeroWeight { node } => write!(f, "weight of node {node} is 0; weights are 1..=255"),
+    PolicyError::WeightCount { given, nodes } => write!(f, "{given} weights given for {nodes} nodes"),
+    PolicyError::MissingBandwidth { node } => write!(f, "node {node} has no bandwidth for auto weights"),
+});
+
+/// `check_invariants()` found the allocator's state inconsistent. This is a bug in numaframe
+/// (or memory corruption), never a caller mistake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum InvariantError {
+    /// A free-list entry does not carry the free tag of its list's order.
+    BadFreeTag {
+        /// The block.
+        pfn: Pfn,
+        /// The list's order.
+        order: Order,
+    },
+    /// A free-list link is inconsistent (prev/next disagree or leave the zone).
+    BrokenLink {
+        /// The block.
+        pfn: Pfn,
+    },
+    /// A free block and its buddy are both free at the same order (they should have merged).
+    Unmerged {
+        /// The block.
+        pfn: Pfn,
+    },
+    /// A counter disagrees with the lists.
+    Counter {
+        /// Node of the zone.
+        node: NodeId,
+    },
+}
+
+impl_error!(InvariantError, self, f, match *self {
+    InvariantError::BadFreeTag { pfn, order } => write!(f, "free list {order} holds pfn {pfn} without its free tag"),
+    InvariantError::BrokenLink { pfn } => write!(f, "free-list links around pfn {pfn} are broken"),
+    InvariantError::Unmerged { pfn } => write!(f, "pfn {pfn} and its buddy are both free"),
+    InvariantError::Counter { node } => write!(f, "counters of node {node} disagree with its lists"),
+});

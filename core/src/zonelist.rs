@@ -1,0 +1,208 @@
+//! Fallback orders and zonelists, built exactly as Linux's `build_zonelists()` builds them.
+//!
+//! For each node `local`, with one `load[]` shared by all nodes of one rebuild:
+//! 1. `local` comes first if it has memory;
+//! 2. the remaining reachable nodes with memory follow in ascending
+//!    `(dist(local,n) + [n < local] + [n has CPUs], load[n], n)`;
+//! 3. each time the raw distance differs from the previous entry's, the picked node's load
+//!    grows by one (the accumulated-load fix that spreads remote allocations round-robin).
+//!
+//! Linux rescans all nodes for every pick (O(N³) per rebuild). Within one node's build only the
+//! picked node's load changes, and the picked node leaves the candidate set, so the keys of the
+//! remaining candidates never change: one sort per node gives the same order in O(N² log N).
+#![deny(unsafe_code)]
+
+use core::fmt;
+
+use crate::topology::{LOCAL_DISTANCE, NodeId, NodeMask, Topology, UNREACHABLE};
+
+/// Which node states the build sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeStates {
+    /// Nodes with memory (Linux's `N_MEMORY`).
+    pub memory: NodeMask,
+    /// Nodes with CPUs (Linux's non-empty `cpumask_of_node`).
+    pub cpus: NodeMask,
+}
+
+/// Options of a fallback-order build.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FallbackOptions {
+    /// Reproduce the order Linux prints at boot. x86 and arm64 build their first zonelists before
+    /// the node CPU masks are filled, so the boot log orders nodes as if none had CPUs; the
+    /// CPU penalty only shows on rebuilds after hotplug. numaframe applies it by default so that
+    /// its order is the same before and after a rebuild.
+    pub linux_boot_order: bool,
+}
+
+/// The fallback order of every node of a machine, in caller-provided storage.
+///
+/// Invariant: row `i` (the first `lens[i]` entries of `ids[i*n..]`) lists distinct nodes with
+/// memory, the local node first when it has memory.
+#[derive(Debug)]
+pub struct FallbackTable<'a> {
+    n: usize,
+    ids: &'a mut [NodeId],
+    lens: &'a mut [u16],
+}
+
+impl<'a> FallbackTable<'a> {
+    /// A table for `n` nodes over `ids` (at least `n*n` entries) and `lens` (at least `n`).
+    /// Returns `None` if the storage is too small.
+    pub fn new(n: usize, ids: &'a mut [NodeId], lens: &'a mut [u16]) -> Option<Self> {
+        if ids.len() < n * n || lens.len() < n {
+            return None;
+        }
+        lens[..n].fill(0);
+        Some(Self { n, ids, lens })
+    }
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.n
+    }
+    /// The fallback order of `node`; empty for a node outside the table.
+    pub fn order(&self, node: NodeId) -> &[NodeId] {
+        let i = node.index();
+        if i >= self.n {
+            return &[];
+        }
+        &self.ids[i * self.n..i * self.n + self.lens[i] as usize]
+    }
+    /// Formats the row of `node` as Linux's boot log does: `Fallback order for Node 3: 3 2 1 0`.
+    pub fn display(&self, node: NodeId) -> FallbackLine<'_> {
+        FallbackLine { node, order: self.order(node) }
+    }
+}
+
+/// One boot-log line, see [`FallbackTable::display`].
+#[derive(Debug, Clone, Copy)]
+pub struct FallbackLine<'a> {
+    node: NodeId,
+    order: &'a [NodeId],
+}
+
+impl fmt::Display for FallbackLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fallback order for Node {}:", self.node)?;
+        for n in self.order {
+            write!(f, " {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Scratch space for a build: `load` and `keys` need one entry per node each.
+#[derive(Debug)]
+pub struct Scratch<'a> {
+    /// Accumulated node load.
+    pub load: &'a mut [u32],
+    /// Sort keys.
+    pub keys: &'a mut [u64],
+}
+
+/// Builds the fallback order of every node of `topo` into `table`.
+///
+/// # Panics
+/// If `table` or `scratch` hold fewer nodes than `topo` (a caller bug, not an input).
+pub fn build_fallback(topo: &Topology<'_>, states: &NodeStates, opts: FallbackOptions, scratch: &mut Scratch<'_>, table: &mut FallbackTable<'_>) {
+    let n = topo.len();
+    assert!(table.n == n && scratch.load.len() >= n && scratch.keys.len() >= n, "fallback storage too small");
+    let load = &mut scratch.load[..n];
+    load.fill(0);
+    let cpus = if opts.linux_boot_order { NodeMask::EMPTY } else { states.cpus };
+    for local in topo.node_ids() {
+        let keys = &mut scratch.keys[..];
+        let mut k = 0;
+        for cand in states.memory.iter().take_while(|c| c.index() < n) {
+            let dist = topo.distance(local, cand);
+            if cand == local || dist == UNREACHABLE {
+                continue;
+            }
+            let adjusted = u64::from(dist) + u64::from(cand < local) + u64::from(cpus.contains(cand));
+            keys[k] = adjusted << 32 | u64::from(load[cand.index()]) << 16 | cand.index() as u64;
+            k += 1;
+        }
+        keys[..k].sort_unstable();
+        let row = &mut table.ids[local.index() * n..(local.index() + 1) * n];
+        let mut len = 0;
+        let mut prev_dist = LOCAL_DISTANCE;
+        if states.memory.contains(local) {
+            row[0] = local;
+            len = 1;
+        }
+        for &key in &keys[..k] {
+            let node = NodeId::new((key & 0xffff) as usize);
+            let dist = topo.distance(local, node);
+            if dist != prev_dist {
+                load[node.index()] += 1;
+            }
+            prev_dist = dist;
+            row[len] = node;
+            len += 1;
+        }
+        table.lens[local.index()] = len as u16;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::NodeInfo;
+
+    fn build(d: &[u8], cpus: &[bool], mem: &[bool], opts: FallbackOptions) -> [[i8; 4]; 4] {
+        let infos: [NodeInfo; 4] = core::array::from_fn(|i| NodeInfo { has_cpus: cpus[i], has_memory: mem[i], ..NodeInfo::default() });
+        let t = Topology::new(d, &infos).unwrap();
+        let states = NodeStates { memory: t.memory_nodes(), cpus: t.cpu_nodes() };
+        let (mut ids, mut lens, mut load, mut keys) = ([NodeId::default(); 16], [0u16; 4], [0u32; 4], [0u64; 4]);
+        let mut table = FallbackTable::new(4, &mut ids, &mut lens).unwrap();
+        build_fallback(&t, &states, opts, &mut Scratch { load: &mut load, keys: &mut keys }, &mut table);
+        core::array::from_fn(|i| {
+            let row = table.order(NodeId::new(i));
+            core::array::from_fn(|j| row.get(j).map_or(-1, |n| n.index() as i8))
+        })
+    }
+
+    const AMD: [u8; 16] = [10, 12, 32, 32, 12, 10, 32, 32, 32, 32, 10, 12, 32, 32, 12, 10];
+
+    #[test]
+    fn amd_4node_post_fix_order() {
+        let rows = build(&AMD, &[true; 4], &[true; 4], FallbackOptions::default());
+        assert_eq!(rows, [[0, 1, 2, 3], [1, 0, 3, 2], [2, 3, 0, 1], [3, 2, 1, 0]]);
+    }
+
+    #[test]
+    fn memoryless_node_is_left_out_everywhere() {
+        let rows = build(&AMD, &[true; 4], &[true, false, true, true], FallbackOptions::default());
+        assert_eq!(rows, [[0, 2, 3, -1], [0, 3, 2, -1], [2, 3, 0, -1], [3, 2, 0, -1]]);
+    }
+
+    #[test]
+    fn boot_order_drops_cpu_penalty() {
+        let d = [10, 20, 21, 21, 20, 10, 21, 21, 21, 21, 10, 20, 21, 21, 20, 10];
+        let cpus = [true, true, false, false];
+        let rows = build(&d, &cpus, &[true; 4], FallbackOptions::default());
+        assert_eq!(rows[1], [1, 3, 2, 0]);
+        let boot = build(&d, &cpus, &[true; 4], FallbackOptions { linux_boot_order: true });
+        assert_eq!(boot[1], [1, 0, 3, 2]);
+    }
+
+    #[test]
+    fn unreachable_nodes_never_fall_back() {
+        let d = [10, 255, 20, 20, 255, 10, 20, 20, 20, 20, 10, 20, 20, 20, 20, 10];
+        let rows = build(&d, &[true; 4], &[true; 4], FallbackOptions::default());
+        assert_eq!(rows[0], [0, 2, 3, -1]);
+        assert_eq!(rows[1], [1, 3, 2, -1], "node 2 carries load from node 0's build");
+    }
+
+    #[test]
+    fn display_is_boot_log_format() {
+        let (mut ids, mut lens) = ([NodeId::new(0); 4], [0u16; 2]);
+        let mut t = FallbackTable::new(2, &mut ids, &mut lens).unwrap();
+        t.ids[2] = NodeId::new(1);
+        t.ids[3] = NodeId::new(0);
+        t.lens[1] = 2;
+        let mut s: heapless::String<64> = heapless::String::new();
+        fmt::write(&mut s, format_args!("{}", t.display(NodeId::new(1)))).unwrap();
+        assert_eq!(s.as_str(), "Fallback order for Node 1: 1 0");
+    }
+}
