@@ -6,6 +6,8 @@
 
 pub mod addr;
 pub mod error;
+pub mod hugetlb;
+pub mod interleave;
 pub mod topology;
 pub mod zonelist;
 

@@ -1,0 +1,1 @@
+//! Hugepage command line (placeholder, being written).

@@ -1,0 +1,3 @@
+//! Huge-page pools (placeholder, being written).
+#![deny(unsafe_code)]
+pub mod cmdline;

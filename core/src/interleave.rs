@@ -1,0 +1,2 @@
+//! Weighted interleave (placeholder, being written).
+#![deny(unsafe_code)]
