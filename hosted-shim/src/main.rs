@@ -1,1 +1,2 @@
+//! The `numaframe` command (placeholder, being written).
 fn main() {}
