@@ -60,20 +60,36 @@ pub enum TopologyError {
     },
 }
 
-impl_error!(TopologyError, self, f, match *self {
-    TopologyError::NoNodes => write!(f, "topology has no nodes"),
-    TopologyError::TooManyNodes { nodes } => write!(f, "{nodes} nodes, at most 1024 supported"),
-    TopologyError::DistanceTableSize { nodes, entries } => {
-        write!(f, "distance table has {entries} entries, {nodes} nodes need {}", nodes * nodes)
+impl_error!(
+    TopologyError,
+    self,
+    f,
+    match *self {
+        TopologyError::NoNodes => write!(f, "topology has no nodes"),
+        TopologyError::TooManyNodes { nodes } => write!(f, "{nodes} nodes, at most 1024 supported"),
+        TopologyError::DistanceTableSize { nodes, entries } => {
+            write!(
+                f,
+                "distance table has {entries} entries, {nodes} nodes need {}",
+                nodes * nodes
+            )
+        }
+        TopologyError::BadDistance { from, to, distance } => {
+            write!(
+                f,
+                "distance {from}->{to} is {distance}: SLIT needs 10 on the diagonal and 10..=255 elsewhere"
+            )
+        }
+        TopologyError::InitiatorOnCpuNode { node } =>
+            write!(f, "node {node} has CPUs but names an initiator"),
+        TopologyError::BadInitiator { node, initiator } => {
+            write!(
+                f,
+                "node {node} names initiator {initiator}, which is not a node with CPUs"
+            )
+        }
     }
-    TopologyError::BadDistance { from, to, distance } => {
-        write!(f, "distance {from}->{to} is {distance}: SLIT needs 10 on the diagonal and 10..=255 elsewhere")
-    }
-    TopologyError::InitiatorOnCpuNode { node } => write!(f, "node {node} has CPUs but names an initiator"),
-    TopologyError::BadInitiator { node, initiator } => {
-        write!(f, "node {node} names initiator {initiator}, which is not a node with CPUs")
-    }
-});
+);
 
 /// Booting a machine or hot-adding memory failed; nothing was changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,15 +127,26 @@ pub enum BootError {
     NoBootMemory,
 }
 
-impl_error!(BootError, self, f, match *self {
-    BootError::UnknownNode { node } => write!(f, "memory for node {node}, which is not in the topology"),
-    BootError::MemoryStateMismatch { node } => write!(f, "node {node}: memory ranges disagree with has_memory"),
-    BootError::Overlap { start } => write!(f, "memory range at pfn {start} overlaps another"),
-    BootError::BadRange { start } => write!(f, "memory range at pfn {start} is empty or spans more than 2^32 frames"),
-    BootError::TooManyRanges => write!(f, "too many memory ranges"),
-    BootError::MapFailed { start } => write!(f, "platform could not map metadata at pfn {start}"),
-    BootError::NoBootMemory => write!(f, "no node has room for the allocator's tables"),
-});
+impl_error!(
+    BootError,
+    self,
+    f,
+    match *self {
+        BootError::UnknownNode { node } =>
+            write!(f, "memory for node {node}, which is not in the topology"),
+        BootError::MemoryStateMismatch { node } =>
+            write!(f, "node {node}: memory ranges disagree with has_memory"),
+        BootError::Overlap { start } => write!(f, "memory range at pfn {start} overlaps another"),
+        BootError::BadRange { start } => write!(
+            f,
+            "memory range at pfn {start} is empty or spans more than 2^32 frames"
+        ),
+        BootError::TooManyRanges => write!(f, "too many memory ranges"),
+        BootError::MapFailed { start } =>
+            write!(f, "platform could not map metadata at pfn {start}"),
+        BootError::NoBootMemory => write!(f, "no node has room for the allocator's tables"),
+    }
+);
 
 /// A free was rejected; the allocator's state is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,17 +196,30 @@ pub enum FreeError {
     },
 }
 
-impl_error!(FreeError, self, f, match *self {
-    FreeError::Foreign { pfn } => write!(f, "pfn {pfn} is not owned by this allocator"),
-    FreeError::Misaligned { pfn, order } => write!(f, "pfn {pfn} is not aligned to order {order}"),
-    FreeError::DoubleFree { pfn } => write!(f, "pfn {pfn} is already free"),
-    FreeError::NotAllocated { pfn } => write!(f, "pfn {pfn} does not start an allocated block"),
-    FreeError::WrongOrder { pfn, given, allocated } => {
-        write!(f, "pfn {pfn} freed with order {given} but allocated with order {allocated}")
+impl_error!(
+    FreeError,
+    self,
+    f,
+    match *self {
+        FreeError::Foreign { pfn } => write!(f, "pfn {pfn} is not owned by this allocator"),
+        FreeError::Misaligned { pfn, order } =>
+            write!(f, "pfn {pfn} is not aligned to order {order}"),
+        FreeError::DoubleFree { pfn } => write!(f, "pfn {pfn} is already free"),
+        FreeError::NotAllocated { pfn } => write!(f, "pfn {pfn} does not start an allocated block"),
+        FreeError::WrongOrder {
+            pfn,
+            given,
+            allocated,
+        } => {
+            write!(
+                f,
+                "pfn {pfn} freed with order {given} but allocated with order {allocated}"
+            )
+        }
+        FreeError::HugePage { pfn } => write!(f, "pfn {pfn} is a pool huge page; use free_huge"),
+        FreeError::Duplicate { pfn } => write!(f, "pfn {pfn} appears twice in one bulk free"),
     }
-    FreeError::HugePage { pfn } => write!(f, "pfn {pfn} is a pool huge page; use free_huge"),
-    FreeError::Duplicate { pfn } => write!(f, "pfn {pfn} appears twice in one bulk free"),
-});
+);
 
 /// A free inside a bulk free failed; `index` names the offending slot. Nothing was freed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,7 +231,12 @@ pub struct BulkFreeError {
     pub error: FreeError,
 }
 
-impl_error!(BulkFreeError, self, f, write!(f, "entry {}: {}", self.index, self.error));
+impl_error!(
+    BulkFreeError,
+    self,
+    f,
+    write!(f, "entry {}: {}", self.index, self.error)
+);
 
 /// A memory policy or interleave weight was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,13 +269,21 @@ pub enum PolicyError {
     },
 }
 
-impl_error!(PolicyError, self, f, match *self {
-    PolicyError::EmptyMask => write!(f, "policy node mask is empty"),
-    PolicyError::UnknownNode { node } => write!(f, "node {node} is not in the machine"),
-    PolicyError::ZeroWeight { node } => write!(f, "weight of node {node} is 0; weights are 1..=255"),
-    PolicyError::WeightCount { given, nodes } => write!(f, "{given} weights given for {nodes} nodes"),
-    PolicyError::MissingBandwidth { node } => write!(f, "node {node} has no bandwidth for auto weights"),
-});
+impl_error!(
+    PolicyError,
+    self,
+    f,
+    match *self {
+        PolicyError::EmptyMask => write!(f, "policy node mask is empty"),
+        PolicyError::UnknownNode { node } => write!(f, "node {node} is not in the machine"),
+        PolicyError::ZeroWeight { node } =>
+            write!(f, "weight of node {node} is 0; weights are 1..=255"),
+        PolicyError::WeightCount { given, nodes } =>
+            write!(f, "{given} weights given for {nodes} nodes"),
+        PolicyError::MissingBandwidth { node } =>
+            write!(f, "node {node} has no bandwidth for auto weights"),
+    }
+);
 
 /// `check_invariants()` found the allocator's state inconsistent. This is a bug in numaframe
 /// (or memory corruption), never a caller mistake.
@@ -262,9 +315,17 @@ pub enum InvariantError {
     },
 }
 
-impl_error!(InvariantError, self, f, match *self {
-    InvariantError::BadFreeTag { pfn, order } => write!(f, "free list {order} holds pfn {pfn} without its free tag"),
-    InvariantError::BrokenLink { pfn } => write!(f, "free-list links around pfn {pfn} are broken"),
-    InvariantError::Unmerged { pfn } => write!(f, "pfn {pfn} and its buddy are both free"),
-    InvariantError::Counter { node } => write!(f, "counters of node {node} disagree with its lists"),
-});
+impl_error!(
+    InvariantError,
+    self,
+    f,
+    match *self {
+        InvariantError::BadFreeTag { pfn, order } =>
+            write!(f, "free list {order} holds pfn {pfn} without its free tag"),
+        InvariantError::BrokenLink { pfn } =>
+            write!(f, "free-list links around pfn {pfn} are broken"),
+        InvariantError::Unmerged { pfn } => write!(f, "pfn {pfn} and its buddy are both free"),
+        InvariantError::Counter { node } =>
+            write!(f, "counters of node {node} disagree with its lists"),
+    }
+);

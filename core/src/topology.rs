@@ -26,7 +26,11 @@ pub struct NodeId(u16);
 impl NodeId {
     /// The node `n`, or `None` if `n >= MAX_NODES`.
     pub const fn try_new(n: usize) -> Option<NodeId> {
-        if n < MAX_NODES { Some(NodeId(n as u16)) } else { None }
+        if n < MAX_NODES {
+            Some(NodeId(n as u16))
+        } else {
+            None
+        }
     }
     /// The node `n`.
     ///
@@ -163,7 +167,10 @@ impl NodeMask {
     }
     /// The nodes in the set, ascending.
     pub fn iter(&self) -> NodeMaskIter<'_> {
-        NodeMaskIter { mask: self, next: 0 }
+        NodeMaskIter {
+            mask: self,
+            next: 0,
+        }
     }
 }
 
@@ -242,24 +249,42 @@ impl<'a> Topology<'a> {
             return Err(TopologyError::TooManyNodes { nodes: n });
         }
         if distances.len() != n * n {
-            return Err(TopologyError::DistanceTableSize { nodes: n, entries: distances.len() });
+            return Err(TopologyError::DistanceTableSize {
+                nodes: n,
+                entries: distances.len(),
+            });
         }
         for (i, row) in distances.chunks_exact(n).enumerate() {
             for (j, &d) in row.iter().enumerate() {
-                let ok = if i == j { d == LOCAL_DISTANCE } else { d >= LOCAL_DISTANCE };
+                let ok = if i == j {
+                    d == LOCAL_DISTANCE
+                } else {
+                    d >= LOCAL_DISTANCE
+                };
                 if !ok {
-                    return Err(TopologyError::BadDistance { from: NodeId(i as u16), to: NodeId(j as u16), distance: d });
+                    return Err(TopologyError::BadDistance {
+                        from: NodeId(i as u16),
+                        to: NodeId(j as u16),
+                        distance: d,
+                    });
                 }
             }
         }
         for (i, info) in nodes.iter().enumerate() {
             if let Some(init) = info.initiator {
                 if info.has_cpus {
-                    return Err(TopologyError::InitiatorOnCpuNode { node: NodeId(i as u16) });
+                    return Err(TopologyError::InitiatorOnCpuNode {
+                        node: NodeId(i as u16),
+                    });
                 }
                 match nodes.get(init.index()) {
                     Some(target) if target.has_cpus => {}
-                    _ => return Err(TopologyError::BadInitiator { node: NodeId(i as u16), initiator: init }),
+                    _ => {
+                        return Err(TopologyError::BadInitiator {
+                            node: NodeId(i as u16),
+                            initiator: init,
+                        });
+                    }
                 }
             }
         }
@@ -288,7 +313,10 @@ impl<'a> Topology<'a> {
     /// If either node is not in the topology.
     pub fn distance(&self, from: NodeId, to: NodeId) -> u8 {
         let n = self.nodes.len();
-        assert!(from.index() < n && to.index() < n, "node outside the topology");
+        assert!(
+            from.index() < n && to.index() < n,
+            "node outside the topology"
+        );
         self.distances[from.index() * n + to.index()]
     }
     /// What the platform said about `node`.
@@ -320,7 +348,11 @@ impl<'a> Topology<'a> {
         if !self.contains(node) {
             return NodeMask::EMPTY;
         }
-        let candidates = || mask.iter().filter(|n| self.contains(*n)).filter(|n| self.distance(node, *n) != UNREACHABLE);
+        let candidates = || {
+            mask.iter()
+                .filter(|n| self.contains(*n))
+                .filter(|n| self.distance(node, *n) != UNREACHABLE)
+        };
         let Some(best) = candidates().map(|n| self.distance(node, n)).min() else {
             return NodeMask::EMPTY;
         };
@@ -333,7 +365,11 @@ mod tests {
     use super::*;
 
     fn info(cpus: bool) -> NodeInfo {
-        NodeInfo { has_cpus: cpus, has_memory: true, ..NodeInfo::default() }
+        NodeInfo {
+            has_cpus: cpus,
+            has_memory: true,
+            ..NodeInfo::default()
+        }
     }
 
     #[test]
@@ -346,7 +382,10 @@ mod tests {
         assert_eq!(m.count(), 3);
         let v: heapless::Vec<usize, 4> = m.iter().map(NodeId::index).collect();
         assert_eq!(&v[..], &[3, 64, 1023]);
-        assert_eq!(m.next_after_wrapping(NodeId::new(1023)), Some(NodeId::new(3)));
+        assert_eq!(
+            m.next_after_wrapping(NodeId::new(1023)),
+            Some(NodeId::new(3))
+        );
         assert_eq!(m.next_after_wrapping(NodeId::new(3)), Some(NodeId::new(64)));
         assert!(m.remove(NodeId::new(64)));
         assert_eq!(NodeMask::EMPTY.next_after_wrapping(NodeId::new(0)), None);
@@ -357,26 +396,64 @@ mod tests {
     fn validation() {
         let nodes = [info(true), info(false)];
         assert!(Topology::new(&[10, 20, 20, 10], &nodes).is_ok());
-        assert_eq!(Topology::new(&[10, 20, 20], &nodes).unwrap_err(), TopologyError::DistanceTableSize { nodes: 2, entries: 3 });
-        assert!(matches!(Topology::new(&[11, 20, 20, 10], &nodes), Err(TopologyError::BadDistance { distance: 11, .. })));
-        assert!(matches!(Topology::new(&[10, 9, 20, 10], &nodes), Err(TopologyError::BadDistance { distance: 9, .. })));
+        assert_eq!(
+            Topology::new(&[10, 20, 20], &nodes).unwrap_err(),
+            TopologyError::DistanceTableSize {
+                nodes: 2,
+                entries: 3
+            }
+        );
+        assert!(matches!(
+            Topology::new(&[11, 20, 20, 10], &nodes),
+            Err(TopologyError::BadDistance { distance: 11, .. })
+        ));
+        assert!(matches!(
+            Topology::new(&[10, 9, 20, 10], &nodes),
+            Err(TopologyError::BadDistance { distance: 9, .. })
+        ));
         assert_eq!(Topology::new(&[], &[]).unwrap_err(), TopologyError::NoNodes);
-        let bad_init = [info(true), NodeInfo { initiator: Some(NodeId::new(1)), ..info(false) }];
-        assert!(matches!(Topology::new(&[10, 20, 20, 10], &bad_init), Err(TopologyError::BadInitiator { .. })));
-        let init_on_cpu = [NodeInfo { initiator: Some(NodeId::new(0)), ..info(true) }, info(true)];
-        assert!(matches!(Topology::new(&[10, 20, 20, 10], &init_on_cpu), Err(TopologyError::InitiatorOnCpuNode { .. })));
+        let bad_init = [
+            info(true),
+            NodeInfo {
+                initiator: Some(NodeId::new(1)),
+                ..info(false)
+            },
+        ];
+        assert!(matches!(
+            Topology::new(&[10, 20, 20, 10], &bad_init),
+            Err(TopologyError::BadInitiator { .. })
+        ));
+        let init_on_cpu = [
+            NodeInfo {
+                initiator: Some(NodeId::new(0)),
+                ..info(true)
+            },
+            info(true),
+        ];
+        assert!(matches!(
+            Topology::new(&[10, 20, 20, 10], &init_on_cpu),
+            Err(TopologyError::InitiatorOnCpuNode { .. })
+        ));
     }
 
     #[test]
     fn nearest() {
         let nodes = [info(true), info(true), info(false), info(false)];
-        let d = [10, 21, 14, 14, 21, 10, 24, 14, 14, 24, 10, 34, 14, 14, 34, 10];
+        let d = [
+            10, 21, 14, 14, 21, 10, 24, 14, 14, 24, 10, 34, 14, 14, 34, 10,
+        ];
         let t = Topology::new(&d, &nodes).unwrap();
         let all = NodeMask::first_n(4);
         let mut others = all;
         others.remove(NodeId::new(0));
-        assert_eq!(t.nearest_nodes(NodeId::new(0), &others), NodeMask::from_nodes([NodeId::new(2), NodeId::new(3)]));
-        assert_eq!(t.nearest_nodes(NodeId::new(0), &all), NodeMask::single(NodeId::new(0)));
+        assert_eq!(
+            t.nearest_nodes(NodeId::new(0), &others),
+            NodeMask::from_nodes([NodeId::new(2), NodeId::new(3)])
+        );
+        assert_eq!(
+            t.nearest_nodes(NodeId::new(0), &all),
+            NodeMask::single(NodeId::new(0))
+        );
         assert!(t.nearest_nodes(NodeId::new(9), &all).is_empty());
     }
 }

@@ -70,7 +70,10 @@ impl<'a> FallbackTable<'a> {
     }
     /// Formats the row of `node` as Linux's boot log does: `Fallback order for Node 3: 3 2 1 0`.
     pub fn display(&self, node: NodeId) -> FallbackLine<'_> {
-        FallbackLine { node, order: self.order(node) }
+        FallbackLine {
+            node,
+            order: self.order(node),
+        }
     }
 }
 
@@ -104,12 +107,25 @@ pub struct Scratch<'a> {
 ///
 /// # Panics
 /// If `table` or `scratch` hold fewer nodes than `topo` (a caller bug, not an input).
-pub fn build_fallback(topo: &Topology<'_>, states: &NodeStates, opts: FallbackOptions, scratch: &mut Scratch<'_>, table: &mut FallbackTable<'_>) {
+pub fn build_fallback(
+    topo: &Topology<'_>,
+    states: &NodeStates,
+    opts: FallbackOptions,
+    scratch: &mut Scratch<'_>,
+    table: &mut FallbackTable<'_>,
+) {
     let n = topo.len();
-    assert!(table.n == n && scratch.load.len() >= n && scratch.keys.len() >= n, "fallback storage too small");
+    assert!(
+        table.n == n && scratch.load.len() >= n && scratch.keys.len() >= n,
+        "fallback storage too small"
+    );
     let load = &mut scratch.load[..n];
     load.fill(0);
-    let cpus = if opts.linux_boot_order { NodeMask::EMPTY } else { states.cpus };
+    let cpus = if opts.linux_boot_order {
+        NodeMask::EMPTY
+    } else {
+        states.cpus
+    };
     for local in topo.node_ids() {
         let keys = &mut scratch.keys[..];
         let mut k = 0;
@@ -118,7 +134,8 @@ pub fn build_fallback(topo: &Topology<'_>, states: &NodeStates, opts: FallbackOp
             if cand == local || dist == UNREACHABLE {
                 continue;
             }
-            let adjusted = u64::from(dist) + u64::from(cand < local) + u64::from(cpus.contains(cand));
+            let adjusted =
+                u64::from(dist) + u64::from(cand < local) + u64::from(cpus.contains(cand));
             keys[k] = adjusted << 32 | u64::from(load[cand.index()]) << 16 | cand.index() as u64;
             k += 1;
         }
@@ -150,48 +167,93 @@ mod tests {
     use crate::topology::NodeInfo;
 
     fn build(d: &[u8], cpus: &[bool], mem: &[bool], opts: FallbackOptions) -> [[i8; 4]; 4] {
-        let infos: [NodeInfo; 4] = core::array::from_fn(|i| NodeInfo { has_cpus: cpus[i], has_memory: mem[i], ..NodeInfo::default() });
+        let infos: [NodeInfo; 4] = core::array::from_fn(|i| NodeInfo {
+            has_cpus: cpus[i],
+            has_memory: mem[i],
+            ..NodeInfo::default()
+        });
         let t = Topology::new(d, &infos).unwrap();
-        let states = NodeStates { memory: t.memory_nodes(), cpus: t.cpu_nodes() };
-        let (mut ids, mut lens, mut load, mut keys) = ([NodeId::default(); 16], [0u16; 4], [0u32; 4], [0u64; 4]);
+        let states = NodeStates {
+            memory: t.memory_nodes(),
+            cpus: t.cpu_nodes(),
+        };
+        let (mut ids, mut lens, mut load, mut keys) =
+            ([NodeId::default(); 16], [0u16; 4], [0u32; 4], [0u64; 4]);
         let mut table = FallbackTable::new(4, &mut ids, &mut lens).unwrap();
-        build_fallback(&t, &states, opts, &mut Scratch { load: &mut load, keys: &mut keys }, &mut table);
+        build_fallback(
+            &t,
+            &states,
+            opts,
+            &mut Scratch {
+                load: &mut load,
+                keys: &mut keys,
+            },
+            &mut table,
+        );
         core::array::from_fn(|i| {
             let row = table.order(NodeId::new(i));
             core::array::from_fn(|j| row.get(j).map_or(-1, |n| n.index() as i8))
         })
     }
 
-    const AMD: [u8; 16] = [10, 12, 32, 32, 12, 10, 32, 32, 32, 32, 10, 12, 32, 32, 12, 10];
+    const AMD: [u8; 16] = [
+        10, 12, 32, 32, 12, 10, 32, 32, 32, 32, 10, 12, 32, 32, 12, 10,
+    ];
 
     #[test]
     fn amd_4node_post_fix_order() {
         let rows = build(&AMD, &[true; 4], &[true; 4], FallbackOptions::default());
-        assert_eq!(rows, [[0, 1, 2, 3], [1, 0, 3, 2], [2, 3, 0, 1], [3, 2, 1, 0]]);
+        assert_eq!(
+            rows,
+            [[0, 1, 2, 3], [1, 0, 3, 2], [2, 3, 0, 1], [3, 2, 1, 0]]
+        );
     }
 
     #[test]
     fn memoryless_node_is_left_out_everywhere() {
-        let rows = build(&AMD, &[true; 4], &[true, false, true, true], FallbackOptions::default());
-        assert_eq!(rows, [[0, 2, 3, -1], [0, 3, 2, -1], [2, 3, 0, -1], [3, 2, 0, -1]]);
+        let rows = build(
+            &AMD,
+            &[true; 4],
+            &[true, false, true, true],
+            FallbackOptions::default(),
+        );
+        assert_eq!(
+            rows,
+            [[0, 2, 3, -1], [0, 3, 2, -1], [2, 3, 0, -1], [3, 2, 0, -1]]
+        );
     }
 
     #[test]
     fn boot_order_drops_cpu_penalty() {
-        let d = [10, 20, 21, 21, 20, 10, 21, 21, 21, 21, 10, 20, 21, 21, 20, 10];
+        let d = [
+            10, 20, 21, 21, 20, 10, 21, 21, 21, 21, 10, 20, 21, 21, 20, 10,
+        ];
         let cpus = [true, true, false, false];
         let rows = build(&d, &cpus, &[true; 4], FallbackOptions::default());
         assert_eq!(rows[1], [1, 3, 2, 0]);
-        let boot = build(&d, &cpus, &[true; 4], FallbackOptions { linux_boot_order: true });
+        let boot = build(
+            &d,
+            &cpus,
+            &[true; 4],
+            FallbackOptions {
+                linux_boot_order: true,
+            },
+        );
         assert_eq!(boot[1], [1, 0, 3, 2]);
     }
 
     #[test]
     fn unreachable_nodes_never_fall_back() {
-        let d = [10, 255, 20, 20, 255, 10, 20, 20, 20, 20, 10, 20, 20, 20, 20, 10];
+        let d = [
+            10, 255, 20, 20, 255, 10, 20, 20, 20, 20, 10, 20, 20, 20, 20, 10,
+        ];
         let rows = build(&d, &[true; 4], &[true; 4], FallbackOptions::default());
         assert_eq!(rows[0], [0, 2, 3, -1]);
-        assert_eq!(rows[1], [1, 3, 2, -1], "node 2 carries load from node 0's build");
+        assert_eq!(
+            rows[1],
+            [1, 3, 2, -1],
+            "node 2 carries load from node 0's build"
+        );
     }
 
     #[test]

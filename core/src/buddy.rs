@@ -1,0 +1,312 @@
+//! One zone's buddy free lists, over the metadata of [`meta`](crate::meta).
+//!
+//! A [`FreeArea`] lives inside its zone's lock. Free lists are doubly linked through the
+//! metadata entries of the blocks' head frames, with zone-relative indices, so the allocator
+//! never reads or writes a free frame.
+#![deny(unsafe_code)]
+
+use crate::addr::{MAX_ORDER, NR_ORDERS, Order, Pfn, PhysRange};
+use crate::error::{FreeError, InvariantError};
+use crate::meta::{NIL, Span, tag};
+use crate::topology::NodeId;
+
+/// Most spans (boot ranges plus hot-added ranges) one zone can hold.
+pub const MAX_SPANS_PER_ZONE: usize = 8;
+
+/// The free lists and counters of one zone.
+///
+/// Invariants (checked by [`FreeArea::check`]):
+/// - list `k` holds exactly `counts[k]` blocks, each naturally aligned, inside one span, tagged
+///   `FREE | k`, and doubly linked;
+/// - no free block's buddy is free at the same order (they would have merged);
+/// - `free_pages == Σ counts[k] · 2^k` and `free_pages <= managed_pages`;
+/// - every frame of every span is in exactly one block, free or handed out.
+#[derive(Debug)]
+pub(crate) struct FreeArea {
+    base: u64,
+    spans: heapless::Vec<Span, MAX_SPANS_PER_ZONE>,
+    heads: [u32; NR_ORDERS],
+    counts: [u64; NR_ORDERS],
+    pub(crate) free_pages: u64,
+    pub(crate) managed_pages: u64,
+}
+
+impl FreeArea {
+    /// An empty area.
+    pub(crate) const fn new() -> Self {
+        Self {
+            base: 0,
+            spans: heapless::Vec::new(),
+            heads: [NIL; NR_ORDERS],
+            counts: [0; NR_ORDERS],
+            free_pages: 0,
+            managed_pages: 0,
+        }
+    }
+
+    /// `true` if `range` can join this zone: room for another span, and zone-relative indices
+    /// still fit in 32 bits.
+    pub(crate) fn can_add(&self, range: PhysRange) -> bool {
+        let base = if self.spans.is_empty() {
+            range.start.get() & !((1 << MAX_ORDER) - 1)
+        } else {
+            self.base
+        };
+        !self.spans.is_full()
+            && range.start.get() >= base
+            && range.end.get() - base < u64::from(NIL)
+    }
+
+    /// Adds a span and frees all its frames as maximal aligned blocks: O(blocks).
+    /// The caller has checked [`FreeArea::can_add`].
+    pub(crate) fn add_span(&mut self, span: Span) {
+        if self.spans.is_empty() {
+            self.base = span.range().start.get() & !((1 << MAX_ORDER) - 1);
+        }
+        let range = span.range();
+        let _ = self.spans.push(span);
+        self.managed_pages += range.frames();
+        let mut pfn = range.start.get();
+        while pfn < range.end.get() {
+            let align = if pfn == 0 {
+                MAX_ORDER
+            } else {
+                (pfn.trailing_zeros() as u8).min(MAX_ORDER)
+            };
+            let fit = (63 - (range.end.get() - pfn).leading_zeros()) as u8;
+            let order = Order::new(align.min(fit));
+            self.push(&span, Pfn(pfn), order);
+            pfn += order.frames();
+        }
+    }
+
+    /// The spans of this zone.
+    pub(crate) fn spans(&self) -> &[Span] {
+        &self.spans
+    }
+
+    /// The span holding `pfn`.
+    pub(crate) fn span_of(&self, pfn: Pfn) -> Option<&Span> {
+        self.spans.iter().find(|s| s.range().contains(pfn))
+    }
+
+    fn idx(&self, pfn: Pfn) -> u32 {
+        (pfn.get() - self.base) as u32
+    }
+
+    fn pfn(&self, idx: u32) -> Pfn {
+        Pfn(self.base + u64::from(idx))
+    }
+
+    fn span_for(&self, pfn: Pfn) -> Span {
+        *self
+            .span_of(pfn)
+            .expect("free-list block outside every span")
+    }
+
+    fn push(&mut self, span: &Span, pfn: Pfn, order: Order) {
+        let k = order.index();
+        let head = self.heads[k];
+        span.set_tag(pfn, tag::FREE | u32::from(order.get()));
+        span.set_next(pfn, head);
+        span.set_prev(pfn, NIL);
+        if head != NIL {
+            let h = self.pfn(head);
+            self.span_for(h).set_prev(h, self.idx(pfn));
+        }
+        self.heads[k] = self.idx(pfn);
+        self.counts[k] += 1;
+        self.free_pages += order.frames();
+    }
+
+    /// Unlinks a free block and clears its tag.
+    fn unlink(&mut self, span: &Span, pfn: Pfn, order: Order) {
+        let (next, prev) = span.links(pfn);
+        if prev == NIL {
+            self.heads[order.index()] = next;
+        } else {
+            let p = self.pfn(prev);
+            self.span_for(p).set_next(p, next);
+        }
+        if next != NIL {
+            let n = self.pfn(next);
+            self.span_for(n).set_prev(n, prev);
+        }
+        span.set_tag(pfn, 0);
+        self.counts[order.index()] -= 1;
+        self.free_pages -= order.frames();
+    }
+
+    /// Takes the first block of the smallest non-empty list of order `>= order`.
+    fn take(&mut self, order: Order) -> Option<(Span, Pfn, Order)> {
+        let k = (order.index()..NR_ORDERS).find(|&k| self.heads[k] != NIL)?;
+        let pfn = self.pfn(self.heads[k]);
+        let span = self.span_for(pfn);
+        let got = Order::new(k as u8);
+        self.unlink(&span, pfn, got);
+        Some((span, pfn, got))
+    }
+
+    /// Allocates one block of `order`, marking it with `extra` tag bits beside `ALLOCATED`.
+    pub(crate) fn alloc(&mut self, order: Order, extra: u32) -> Option<Pfn> {
+        let (span, pfn, mut got) = self.take(order)?;
+        while got > order {
+            got = Order::new(got.get() - 1);
+            self.push(&span, Pfn(pfn.get() + got.frames()), got);
+        }
+        span.set_tag(pfn, tag::ALLOCATED | extra | u32::from(order.get()));
+        Some(pfn)
+    }
+
+    /// Fills `out` with order-0 frames; returns how many it placed. Whole blocks that fit in
+    /// what is left are handed out frame by frame without being split level by level.
+    pub(crate) fn alloc_bulk(&mut self, out: &mut [Pfn]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            let Some((span, pfn, got)) = self.take(Order::ZERO) else {
+                break;
+            };
+            let want = (out.len() - n) as u64;
+            let mut order = got;
+            while order.frames() > want {
+                order = Order::new(order.get() - 1);
+                self.push(&span, Pfn(pfn.get() + order.frames()), order);
+            }
+            for i in 0..order.frames() {
+                let f = Pfn(pfn.get() + i);
+                span.set_tag(f, tag::ALLOCATED);
+                out[n] = f;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Checks that `pfn` heads a block allocated with `order` whose tag also carries exactly
+    /// the `extra` bits; returns its span. Changes nothing.
+    pub(crate) fn check_allocated(
+        &self,
+        pfn: Pfn,
+        order: Order,
+        extra: u32,
+    ) -> Result<Span, FreeError> {
+        let span = *self.span_of(pfn).ok_or(FreeError::Foreign { pfn })?;
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        classify(span.tag(pfn), pfn, order, extra)?;
+        if !span.holds(pfn, order) {
+            return Err(FreeError::Foreign { pfn });
+        }
+        Ok(span)
+    }
+
+    /// Frees a block that [`FreeArea::check_allocated`] accepted, merging it with free buddies.
+    pub(crate) fn free_checked(&mut self, span: &Span, pfn: Pfn, order: Order) {
+        span.set_tag(pfn, 0);
+        self.merge_in(span, pfn, order);
+    }
+
+    /// Checks and frees one block; on error nothing changes.
+    pub(crate) fn free(&mut self, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
+        let span = self.check_allocated(pfn, order, extra)?;
+        self.free_checked(&span, pfn, order);
+        Ok(())
+    }
+
+    fn merge_in(&mut self, span: &Span, mut pfn: Pfn, mut order: Order) {
+        while order.get() < MAX_ORDER {
+            let buddy = Pfn(pfn.get() ^ order.frames());
+            if !span.holds(buddy, order) || span.tag(buddy) != tag::FREE | u32::from(order.get()) {
+                break;
+            }
+            self.unlink(span, buddy, order);
+            pfn = Pfn(pfn.get() & !order.frames());
+            order = Order::new(order.get() + 1);
+        }
+        self.push(span, pfn, order);
+    }
+
+    /// Free blocks of each order (`/proc/buddyinfo`).
+    pub(crate) fn buddyinfo(&self) -> [u64; NR_ORDERS] {
+        self.counts
+    }
+
+    /// Walks every list and counter; see the invariants on [`FreeArea`].
+    pub(crate) fn check(&self, node: NodeId) -> Result<(), InvariantError> {
+        let mut pages = 0u64;
+        for order in Order::all() {
+            let k = order.index();
+            let mut prev = NIL;
+            let mut cur = self.heads[k];
+            let mut n = 0u64;
+            while cur != NIL {
+                let pfn = self.pfn(cur);
+                let span = *self
+                    .span_of(pfn)
+                    .ok_or(InvariantError::BrokenLink { pfn })?;
+                if !pfn.is_aligned(order)
+                    || !span.holds(pfn, order)
+                    || span.tag(pfn) != tag::FREE | u32::from(order.get())
+                {
+                    return Err(InvariantError::BadFreeTag { pfn, order });
+                }
+                let (next, back) = span.links(pfn);
+                if back != prev {
+                    return Err(InvariantError::BrokenLink { pfn });
+                }
+                let buddy = Pfn(pfn.get() ^ order.frames());
+                if order.get() < MAX_ORDER
+                    && span.holds(buddy, order)
+                    && span.tag(buddy) == tag::FREE | u32::from(order.get())
+                {
+                    return Err(InvariantError::Unmerged { pfn });
+                }
+                n += 1;
+                if n > self.counts[k] {
+                    return Err(InvariantError::BrokenLink { pfn });
+                }
+                prev = cur;
+                cur = next;
+            }
+            if n != self.counts[k] {
+                return Err(InvariantError::Counter { node });
+            }
+            pages += n << k;
+        }
+        if pages != self.free_pages || self.free_pages > self.managed_pages {
+            return Err(InvariantError::Counter { node });
+        }
+        Ok(())
+    }
+}
+
+/// Maps the tag found at `pfn` to the free error it means, if any.
+pub(crate) fn classify(found: u32, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
+    if found == 0 {
+        return Err(FreeError::NotAllocated { pfn });
+    }
+    if found & tag::FREE != 0 {
+        return Err(FreeError::DoubleFree { pfn });
+    }
+    if found & tag::HUGE != 0 && extra & tag::HUGE == 0 {
+        return Err(FreeError::HugePage { pfn });
+    }
+    if found & tag::CACHED != 0 && extra & tag::CACHED == 0 {
+        return Err(FreeError::DoubleFree { pfn });
+    }
+    let Some(allocated) = Order::try_new((found & tag::ORDER_MASK) as u8) else {
+        return Err(FreeError::NotAllocated { pfn });
+    };
+    if allocated != order {
+        return Err(FreeError::WrongOrder {
+            pfn,
+            given: order,
+            allocated,
+        });
+    }
+    if found != tag::ALLOCATED | extra | u32::from(order.get()) {
+        return Err(FreeError::NotAllocated { pfn });
+    }
+    Ok(())
+}

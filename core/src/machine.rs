@@ -1,0 +1,872 @@
+//! A booted machine: nodes, zonelists, the allocation walk, frees, hot-add.
+#![deny(unsafe_code)]
+
+use core::mem::size_of;
+
+use bitflags::bitflags;
+
+use crate::addr::{Order, PAGE_SIZE, Pfn, PhysRange};
+use crate::error::{BootError, BulkFreeError, FreeError, InvariantError};
+use crate::meta::{Span, tag};
+use crate::node::{DMA32_END, Mark, Node, ZoneKind, default_min_free_kbytes, watermarks};
+use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
+use crate::stats::{Event, NumaStat};
+use crate::sync::RwLock;
+use crate::topology::{NodeId, NodeMask, Topology};
+use crate::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
+
+bitflags! {
+    /// How an allocation may be satisfied (Linux's GFP and ALLOC flags that matter here).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct AllocFlags: u32 {
+        /// Only the preferred node, no fallback (`__GFP_THISNODE`).
+        const THISNODE = 1 << 0;
+        /// Only the `Dma32` zone (`GFP_DMA32`).
+        const DMA32 = 1 << 1;
+        /// May dip below the min watermark (`ALLOC_NO_WATERMARKS` for emergency reserves).
+        const RESERVE = 1 << 2;
+    }
+}
+
+/// Boot settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BootOptions {
+    /// How fallback orders are built.
+    pub fallback: FallbackOptions,
+    /// Memory kept free below the min watermark, machine-wide, in KiB; `None` takes Linux's
+    /// default (`sqrt(16 · total KiB)`, 128 KiB ..= 256 MiB), `Some(0)` turns watermarks off.
+    pub min_free_kbytes: Option<u64>,
+    /// Memory ranges that hot-add may add after boot.
+    pub hotplug_slots: usize,
+}
+
+impl Default for BootOptions {
+    fn default() -> Self {
+        Self {
+            fallback: FallbackOptions::default(),
+            min_free_kbytes: None,
+            hotplug_slots: 16,
+        }
+    }
+}
+
+/// A range of physical memory on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRange {
+    /// The node the memory belongs to.
+    pub node: NodeId,
+    /// The frames.
+    pub range: PhysRange,
+}
+
+/// Where a span of frames lives, for the pfn → zone lookup.
+#[derive(Clone, Copy, Debug, Default)]
+struct SpanRef {
+    range: PhysRange,
+    node: NodeId,
+    zone: u8,
+}
+
+/// The tables that hot-add rewrites. Readers (every allocation and free) hold the lock shared.
+#[derive(Debug)]
+struct Layout<'a> {
+    states: NodeStates,
+    fallback: FallbackTable<'a>,
+    scratch: Scratch<'a>,
+    /// Sorted by start, disjoint; `index[..spans]` are in use.
+    index: &'a mut [SpanRef],
+    spans: usize,
+}
+
+impl Layout<'_> {
+    fn find(&self, pfn: Pfn) -> Option<SpanRef> {
+        let live = &self.index[..self.spans];
+        let i = live.partition_point(|s| s.range.end <= pfn);
+        live.get(i).filter(|s| s.range.contains(pfn)).copied()
+    }
+
+    fn overlaps(&self, range: PhysRange) -> bool {
+        self.index[..self.spans]
+            .iter()
+            .any(|s| s.range.overlaps(&range))
+    }
+
+    fn insert(&mut self, r: SpanRef) -> Result<(), BootError> {
+        if self.spans == self.index.len() {
+            return Err(BootError::TooManyRanges);
+        }
+        let at = self.index[..self.spans].partition_point(|s| s.range.start < r.range.start);
+        self.index.copy_within(at..self.spans, at + 1);
+        self.index[at] = r;
+        self.spans += 1;
+        Ok(())
+    }
+}
+
+/// A booted NUMA machine: the allocator.
+#[derive(Debug)]
+pub struct Machine<'a> {
+    topo: Topology<'a>,
+    nodes: &'a [Node],
+    layout: RwLock<Layout<'a>>,
+    min_free_kbytes: Option<u64>,
+}
+
+/// One zone's share of a memory range: the frames to manage and the metadata carved from its end.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    node: NodeId,
+    usable: PhysRange,
+    meta: PhysRange,
+}
+
+/// Splits `range` at 4 GiB and reserves each part's metadata from its own end.
+fn pieces(
+    node: NodeId,
+    range: PhysRange,
+    mut f: impl FnMut(Piece) -> Result<(), BootError>,
+) -> Result<(), BootError> {
+    let cut = range.start.max(range.end.min(DMA32_END));
+    for part in [
+        PhysRange {
+            start: range.start,
+            end: cut,
+        },
+        PhysRange {
+            start: cut,
+            end: range.end,
+        },
+    ] {
+        if part.is_empty() {
+            continue;
+        }
+        let bad = BootError::BadRange { start: part.start };
+        // Metadata for the whole part is an upper bound for what the usable rest needs.
+        let meta_frames = Span::region_bytes(part).div_ceil(PAGE_SIZE);
+        let meta = tail(part, meta_frames).ok_or(bad)?;
+        let usable = PhysRange {
+            start: part.start,
+            end: meta.start,
+        };
+        if usable.is_empty() {
+            return Err(bad);
+        }
+        f(Piece { node, usable, meta })?;
+    }
+    Ok(())
+}
+
+fn validate_range(topo: &Topology<'_>, r: &MemoryRange) -> Result<(), BootError> {
+    if !topo.contains(r.node) {
+        return Err(BootError::UnknownNode { node: r.node });
+    }
+    if r.range.is_empty() || r.range.end.get() > 1 << 52 {
+        return Err(BootError::BadRange {
+            start: r.range.start,
+        });
+    }
+    Ok(())
+}
+
+impl<'a> Machine<'a> {
+    /// Boots the allocator over `ranges`, reaching its metadata through `mem`.
+    ///
+    /// Costs O(nodes² log nodes) for the zonelists plus O(max-order blocks) for the memory:
+    /// only the heads of free blocks get metadata written.
+    ///
+    /// # Errors
+    /// A [`BootError`] if a range names an unknown node, overlaps another, is too small for
+    /// its own metadata, disagrees with the topology's `has_memory`, or if the platform cannot
+    /// map a metadata region.
+    pub fn boot<M: PhysMemory + ?Sized>(
+        topo: Topology<'a>,
+        mem: &'a M,
+        ranges: &[MemoryRange],
+        opts: BootOptions,
+    ) -> Result<Self, BootError> {
+        for (i, r) in ranges.iter().enumerate() {
+            validate_range(&topo, r)?;
+            if ranges[..i].iter().any(|o| o.range.overlaps(&r.range)) {
+                return Err(BootError::Overlap {
+                    start: r.range.start,
+                });
+            }
+        }
+        for node in topo.node_ids() {
+            if ranges.iter().any(|r| r.node == node) != topo.info(node).has_memory {
+                return Err(BootError::MemoryStateMismatch { node });
+            }
+        }
+        let n = topo.len();
+        let mut npieces = 0usize;
+        for r in ranges {
+            pieces(r.node, r.range, |_| {
+                npieces += 1;
+                Ok(())
+            })?;
+        }
+        let cap = npieces + opts.hotplug_slots;
+        let table_bytes = n * size_of::<Node>()
+            + n * n * size_of::<NodeId>()
+            + n * (2 + 4 + 8)
+            + cap * size_of::<SpanRef>();
+        let table_frames = pages_for(table_bytes, 6);
+
+        // The machine-wide tables come off the end of the first piece with room for them.
+        let mut host = None;
+        for r in ranges {
+            pieces(r.node, r.range, |p| {
+                if host.is_none() && p.usable.frames() > table_frames {
+                    host = Some(p.usable);
+                }
+                Ok(())
+            })?;
+        }
+        let host = host.ok_or(BootError::NoBootMemory)?;
+        let tables = tail(host, table_frames).ok_or(BootError::NoBootMemory)?;
+        let mut carve = BootCarve::new(mem, tables).ok_or(BootError::MapFailed {
+            start: tables.start,
+        })?;
+        let oom = BootError::NoBootMemory;
+        let nodes = carve.slice(n, |i| Node::new(NodeId::new(i))).ok_or(oom)?;
+        let ids = carve.slice(n * n, |_| NodeId::default()).ok_or(oom)?;
+        let lens = carve.slice(n, |_| 0u16).ok_or(oom)?;
+        let load = carve.slice(n, |_| 0u32).ok_or(oom)?;
+        let keys = carve.slice(n, |_| 0u64).ok_or(oom)?;
+        let index = carve.slice(cap, |_| SpanRef::default()).ok_or(oom)?;
+        let fallback = FallbackTable::new(n, ids, lens).ok_or(oom)?;
+        let states = NodeStates {
+            memory: NodeMask::EMPTY,
+            cpus: topo.cpu_nodes(),
+        };
+        let layout = Layout {
+            states,
+            fallback,
+            scratch: Scratch { load, keys },
+            index,
+            spans: 0,
+        };
+        let machine = Machine {
+            topo,
+            nodes,
+            layout: RwLock::new(layout),
+            min_free_kbytes: opts.min_free_kbytes,
+        };
+        {
+            let mut layout = machine.layout.write();
+            for r in ranges {
+                pieces(r.node, r.range, |mut p| {
+                    if p.usable.overlaps(&tables) {
+                        p.usable.end = tables.start;
+                    }
+                    machine.add_piece(&mut layout, mem, p)
+                })?;
+            }
+            machine.rebuild(&mut layout, opts.fallback);
+        }
+        Ok(machine)
+    }
+
+    fn add_piece<M: PhysMemory + ?Sized>(
+        &self,
+        layout: &mut Layout<'a>,
+        mem: &'a M,
+        p: Piece,
+    ) -> Result<(), BootError> {
+        let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start));
+        let mut inner = zone.inner.lock();
+        if !inner.area.can_add(p.usable) || p.usable.is_empty() {
+            return Err(BootError::BadRange {
+                start: p.usable.start,
+            });
+        }
+        if layout.spans == layout.index.len() {
+            return Err(BootError::TooManyRanges);
+        }
+        let span = Span::map(mem, p.usable, p.meta).ok_or(BootError::MapFailed {
+            start: p.meta.start,
+        })?;
+        inner.area.add_span(span);
+        layout.insert(SpanRef {
+            range: p.usable,
+            node: p.node,
+            zone: zone.kind().index() as u8,
+        })?;
+        layout.states.memory.insert(p.node);
+        Ok(())
+    }
+
+    fn rebuild(&self, layout: &mut Layout<'a>, opts: FallbackOptions) {
+        let Layout {
+            states,
+            fallback,
+            scratch,
+            ..
+        } = layout;
+        build_fallback(&self.topo, states, opts, scratch, fallback);
+        let total: u64 = self.nodes.iter().map(Node::managed_pages).sum();
+        let min_kb = self
+            .min_free_kbytes
+            .unwrap_or_else(|| default_min_free_kbytes(total));
+        for node in self.nodes {
+            for kind in ZoneKind::ALL {
+                let mut z = node.zone(kind).inner.lock();
+                z.marks = watermarks(min_kb / 4, z.area.managed_pages, total);
+            }
+        }
+    }
+
+    /// Adds memory to `node` at run time and rebuilds every zonelist, atomically with respect
+    /// to concurrent allocations. A memoryless node joins every fallback list.
+    ///
+    /// # Errors
+    /// As [`Machine::boot`]; on error nothing changes.
+    pub fn hot_add<M: PhysMemory + ?Sized>(
+        &self,
+        mem: &'a M,
+        node: NodeId,
+        range: PhysRange,
+        opts: FallbackOptions,
+    ) -> Result<(), BootError> {
+        let r = MemoryRange { node, range };
+        validate_range(&self.topo, &r)?;
+        let mut layout = self.layout.write();
+        if layout.overlaps(range) {
+            return Err(BootError::Overlap { start: range.start });
+        }
+        let mut need = 0;
+        pieces(node, range, |p| {
+            let z = self.nodes[node.index()]
+                .zone(ZoneKind::of(p.usable.start))
+                .inner
+                .lock();
+            if !z.area.can_add(p.usable) {
+                return Err(BootError::BadRange {
+                    start: p.usable.start,
+                });
+            }
+            need += 1;
+            Ok(())
+        })?;
+        if layout.spans + need > layout.index.len() {
+            return Err(BootError::TooManyRanges);
+        }
+        pieces(node, range, |p| self.add_piece(&mut layout, mem, p))?;
+        self.rebuild(&mut layout, opts);
+        Ok(())
+    }
+
+    /// The topology the machine was booted with.
+    pub fn topology(&self) -> &Topology<'a> {
+        &self.topo
+    }
+
+    /// A node's memory; `None` for a node outside the machine.
+    pub fn node(&self, node: NodeId) -> Option<&Node> {
+        self.nodes.get(node.index())
+    }
+
+    /// All nodes, by id.
+    pub fn nodes(&self) -> &[Node] {
+        self.nodes
+    }
+
+    /// Nodes that currently have memory.
+    pub fn memory_nodes(&self) -> NodeMask {
+        self.layout.read().states.memory
+    }
+
+    /// Copies the fallback order of `node` into `out`; returns how many entries it wrote.
+    pub fn fallback_order(&self, node: NodeId, out: &mut [NodeId]) -> usize {
+        let layout = self.layout.read();
+        let row = layout.fallback.order(node);
+        let n = row.len().min(out.len());
+        out[..n].copy_from_slice(&row[..n]);
+        n
+    }
+
+    /// Calls `f` with the boot-log line of each node, ascending
+    /// (`Fallback order for Node 3: 3 2 1 0`).
+    pub fn for_each_fallback_line(&self, mut f: impl FnMut(&dyn core::fmt::Display)) {
+        let layout = self.layout.read();
+        for node in self.topo.node_ids() {
+            f(&layout.fallback.display(node));
+        }
+    }
+
+    /// The node owning `pfn`.
+    pub fn node_of(&self, pfn: Pfn) -> Option<NodeId> {
+        self.layout.read().find(pfn).map(|s| s.node)
+    }
+
+    /// numastat counters of `node`.
+    pub fn numastat(&self, node: NodeId) -> Option<NumaStat> {
+        self.node(node).map(|n| n.stats().snapshot())
+    }
+
+    /// Allocates a block of `order`, preferring `node`, on behalf of a CPU of `node`.
+    #[must_use = "dropping the frame leaks it"]
+    pub fn alloc(&self, node: NodeId, order: Order, flags: AllocFlags) -> Option<Pfn> {
+        self.alloc_from(node, node, order, flags)
+    }
+
+    /// Allocates a block of `order` preferring `preferred`, on behalf of a CPU of `cpu_node`
+    /// (which decides the `local_node`/`other_node` counters).
+    ///
+    /// Walks the preferred node's zonelist twice: keeping the low watermark, then the min
+    /// watermark; [`AllocFlags::RESERVE`] may use what is left below min.
+    #[must_use = "dropping the frame leaks it"]
+    pub fn alloc_from(
+        &self,
+        cpu_node: NodeId,
+        preferred: NodeId,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        self.alloc_tagged(cpu_node, preferred, order, flags, 0)
+    }
+
+    pub(crate) fn alloc_tagged(
+        &self,
+        cpu_node: NodeId,
+        preferred: NodeId,
+        order: Order,
+        flags: AllocFlags,
+        extra: u32,
+    ) -> Option<Pfn> {
+        if !self.topo.contains(preferred) {
+            return None;
+        }
+        let layout = self.layout.read();
+        let this = [preferred];
+        let list = if flags.contains(AllocFlags::THISNODE) {
+            &this[..]
+        } else {
+            layout.fallback.order(preferred)
+        };
+        for &mark in marks(flags) {
+            for &node in list {
+                for &kind in zones(flags) {
+                    if let Some(pfn) = self.nodes[node.index()]
+                        .zone(kind)
+                        .alloc(order, mark, extra)
+                    {
+                        self.count(cpu_node, preferred, node, 1);
+                        return Some(pfn);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn count(&self, cpu_node: NodeId, preferred: NodeId, got: NodeId, n: u64) {
+        let stats = self.nodes[got.index()].stats();
+        if got == preferred {
+            stats.add(Event::Hit, n);
+        } else {
+            stats.add(Event::Miss, n);
+            if let Some(p) = self.nodes.get(preferred.index()) {
+                p.stats().add(Event::Foreign, n);
+            }
+        }
+        stats.add(
+            if got == cpu_node {
+                Event::Local
+            } else {
+                Event::Other
+            },
+            n,
+        );
+    }
+
+    /// Fills `out` with order-0 frames preferring `node`, walking its zonelist and taking each
+    /// zone's lock once per pass. Returns how many frames it placed (short only when memory
+    /// runs out).
+    #[must_use = "the frames placed in `out` must be freed"]
+    pub fn alloc_bulk(&self, node: NodeId, flags: AllocFlags, out: &mut [Pfn]) -> usize {
+        self.alloc_bulk_from(node, node, flags, out)
+    }
+
+    /// [`Machine::alloc_bulk`] on behalf of a CPU of `cpu_node`.
+    #[must_use = "the frames placed in `out` must be freed"]
+    pub fn alloc_bulk_from(
+        &self,
+        cpu_node: NodeId,
+        node: NodeId,
+        flags: AllocFlags,
+        out: &mut [Pfn],
+    ) -> usize {
+        if !self.topo.contains(node) {
+            return 0;
+        }
+        let layout = self.layout.read();
+        let this = [node];
+        let list = if flags.contains(AllocFlags::THISNODE) {
+            &this[..]
+        } else {
+            layout.fallback.order(node)
+        };
+        let mut done = 0;
+        for &mark in marks(flags) {
+            for &n in list {
+                for &kind in zones(flags) {
+                    if done == out.len() {
+                        return done;
+                    }
+                    let got = self.nodes[n.index()]
+                        .zone(kind)
+                        .alloc_bulk(&mut out[done..], mark);
+                    if got > 0 {
+                        self.count(cpu_node, node, n, got as u64);
+                    }
+                    done += got;
+                }
+            }
+        }
+        done
+    }
+
+    /// Frees a block allocated with `order`.
+    ///
+    /// # Errors
+    /// A [`FreeError`] for a foreign or misaligned frame, a double free, a wrong order, or a
+    /// huge-page-pool page; the state is then unchanged. Detected in O(1) from one metadata entry.
+    pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        self.free_tagged(pfn, order, 0)
+    }
+
+    pub(crate) fn free_tagged(&self, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
+        let layout = self.layout.read();
+        let s = layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
+        self.nodes[s.node.index()]
+            .zone(ZoneKind::ALL[s.zone as usize])
+            .free(pfn, order, extra)
+    }
+
+    /// Frees order-0 frames. Either all are freed, or none is and the error names the first
+    /// offending entry (a duplicate within the slice included).
+    ///
+    /// # Errors
+    /// A [`BulkFreeError`] with the index and the reason; the state is then unchanged.
+    pub fn free_bulk(&self, pfns: &[Pfn]) -> Result<(), BulkFreeError> {
+        let layout = self.layout.read();
+        // Claim every frame first, so a bad entry can be refused before anything changes.
+        for (i, &pfn) in pfns.iter().enumerate() {
+            if let Err(error) = self.claim(&layout, pfn) {
+                for &done in &pfns[..i] {
+                    self.unclaim(&layout, done);
+                }
+                return Err(BulkFreeError { index: i, error });
+            }
+        }
+        let mut i = 0;
+        while i < pfns.len() {
+            let s = layout.find(pfns[i]).expect("claimed frames are owned");
+            let zone = self.nodes[s.node.index()].zone(ZoneKind::ALL[s.zone as usize]);
+            let mut z = zone.inner.lock();
+            while i < pfns.len() && s.range.contains(pfns[i]) {
+                let span = *z.area.span_of(pfns[i]).expect("claimed frames are owned");
+                z.area.free_checked(&span, pfns[i], Order::ZERO);
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn claim(&self, layout: &Layout<'a>, pfn: Pfn) -> Result<(), FreeError> {
+        let s = layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
+        let z = self.nodes[s.node.index()]
+            .zone(ZoneKind::ALL[s.zone as usize])
+            .inner
+            .lock();
+        let span = z
+            .area
+            .check_allocated(pfn, Order::ZERO, 0)
+            .map_err(|e| match e {
+                FreeError::NotAllocated { pfn } if span_tag(&z.area, pfn) & tag::CLAIMED != 0 => {
+                    FreeError::Duplicate { pfn }
+                }
+                e => e,
+            })?;
+        span.set_tag(pfn, tag::ALLOCATED | tag::CLAIMED);
+        Ok(())
+    }
+
+    fn unclaim(&self, layout: &Layout<'a>, pfn: Pfn) {
+        if let Some(s) = layout.find(pfn) {
+            let z = self.nodes[s.node.index()]
+                .zone(ZoneKind::ALL[s.zone as usize])
+                .inner
+                .lock();
+            if let Some(span) = z.area.span_of(pfn) {
+                span.set_tag(pfn, tag::ALLOCATED);
+            }
+        }
+    }
+
+    /// Walks every free list and counter of every zone.
+    ///
+    /// # Errors
+    /// The first inconsistency found: a bug in numaframe, never a caller mistake.
+    pub fn check_invariants(&self) -> Result<(), InvariantError> {
+        let layout = self.layout.read();
+        for node in self.nodes {
+            node.check()?;
+            let has = node.managed_pages() > 0;
+            if has != layout.states.memory.contains(node.id()) {
+                return Err(InvariantError::Counter { node: node.id() });
+            }
+            if layout
+                .fallback
+                .order(node.id())
+                .iter()
+                .any(|n| !layout.states.memory.contains(*n))
+            {
+                return Err(InvariantError::Counter { node: node.id() });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn span_tag(area: &crate::buddy::FreeArea, pfn: Pfn) -> u32 {
+    area.span_of(pfn).map_or(0, |s| s.tag(pfn))
+}
+
+fn marks(flags: AllocFlags) -> &'static [Mark] {
+    if flags.contains(AllocFlags::RESERVE) {
+        &[Mark::Low, Mark::Min, Mark::Reserve]
+    } else {
+        &[Mark::Low, Mark::Min]
+    }
+}
+
+fn zones(flags: AllocFlags) -> &'static [ZoneKind] {
+    if flags.contains(AllocFlags::DMA32) {
+        &[ZoneKind::Dma32]
+    } else {
+        &[ZoneKind::Normal, ZoneKind::Dma32]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::test_util::{SparseMem, Spec, for_many_machines};
+
+    fn n(i: usize) -> NodeId {
+        NodeId::new(i)
+    }
+
+    fn snapshot(m: &Machine<'_>) -> Vec<(u64, [u64; crate::addr::NR_ORDERS])> {
+        m.nodes()
+            .iter()
+            .flat_map(|node| {
+                ZoneKind::ALL.map(|k| (node.zone(k).counters().0, node.zone(k).buddyinfo()))
+            })
+            .collect()
+    }
+
+    for_many_machines!(exhaust_and_refill, |m| {
+        let before = snapshot(&m);
+        let total: u64 = m.nodes().iter().map(Node::managed_pages).sum();
+        let mut got = Vec::new();
+        while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+            got.push(p);
+        }
+        assert_eq!(
+            got.len() as u64,
+            total,
+            "every managed frame is handed out once"
+        );
+        let mut sorted = got.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), got.len(), "no frame twice");
+        m.check_invariants().unwrap();
+        for p in got.iter().rev() {
+            m.free(*p, Order::ZERO).unwrap();
+        }
+        m.check_invariants().unwrap();
+        assert_eq!(snapshot(&m), before, "frees merge back to the boot blocks");
+    });
+
+    for_many_machines!(misuse_is_typed_and_changes_nothing, |m| {
+        let p = m.alloc(n(0), Order::new(2), AllocFlags::empty()).unwrap();
+        let before = snapshot(&m);
+        assert_eq!(
+            m.free(p, Order::new(1)),
+            Err(FreeError::WrongOrder {
+                pfn: p,
+                given: Order::new(1),
+                allocated: Order::new(2)
+            })
+        );
+        assert_eq!(
+            m.free(Pfn(p.get() + 1), Order::ZERO),
+            Err(FreeError::NotAllocated {
+                pfn: Pfn(p.get() + 1)
+            })
+        );
+        assert_eq!(
+            m.free(Pfn(p.get() + 1), Order::new(2)),
+            Err(FreeError::Misaligned {
+                pfn: Pfn(p.get() + 1),
+                order: Order::new(2)
+            })
+        );
+        assert_eq!(
+            m.free(Pfn(1 << 40), Order::ZERO),
+            Err(FreeError::Foreign { pfn: Pfn(1 << 40) })
+        );
+        assert_eq!(snapshot(&m), before);
+        m.free(p, Order::new(2)).unwrap();
+        let after = snapshot(&m);
+        assert_eq!(
+            m.free(p, Order::new(2)),
+            Err(FreeError::DoubleFree { pfn: p })
+        );
+        assert_eq!(snapshot(&m), after);
+        m.check_invariants().unwrap();
+    });
+
+    for_many_machines!(bulk_round_trip, |m| {
+        let before = snapshot(&m);
+        let mut out = [Pfn(0); 300];
+        let got = m.alloc_bulk(n(0), AllocFlags::empty(), &mut out);
+        assert_eq!(got, 300);
+        m.check_invariants().unwrap();
+        let mut dup = out;
+        dup[299] = dup[5];
+        let mid = snapshot(&m);
+        assert_eq!(
+            m.free_bulk(&dup).unwrap_err(),
+            BulkFreeError {
+                index: 299,
+                error: FreeError::Duplicate { pfn: out[5] }
+            }
+        );
+        assert_eq!(snapshot(&m), mid, "a refused bulk free changes nothing");
+        m.free_bulk(&out).unwrap();
+        assert_eq!(snapshot(&m), before);
+        m.check_invariants().unwrap();
+    });
+
+    #[test]
+    fn fallback_counts_numastat() {
+        let spec = Spec::uniform(2, 512, 0);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let mut frames = Vec::new();
+        while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+            frames.push(p);
+        }
+        let s0 = m.numastat(n(0)).unwrap();
+        let s1 = m.numastat(n(1)).unwrap();
+        let on0 = m.node(n(0)).unwrap().managed_pages();
+        let on1 = m.node(n(1)).unwrap().managed_pages();
+        assert_eq!(
+            (s0.numa_hit, s0.numa_foreign, s0.local_node),
+            (on0, on1, on0)
+        );
+        assert_eq!((s1.numa_miss, s1.other_node, s1.numa_hit), (on1, on1, 0));
+        assert!(
+            frames[..on0 as usize]
+                .iter()
+                .all(|p| m.node_of(*p) == Some(n(0))),
+            "local node first"
+        );
+        assert_eq!(m.alloc(n(0), Order::ZERO, AllocFlags::THISNODE), None);
+    }
+
+    #[test]
+    fn watermarks_hold_back_memory_until_reserve() {
+        let spec = Spec::uniform(1, 4096, 0);
+        let mem = SparseMem::default();
+        let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+        let m = Machine::boot(
+            topo,
+            &mem,
+            &spec.ranges,
+            BootOptions {
+                min_free_kbytes: Some(4 * 400),
+                ..BootOptions::default()
+            },
+        )
+        .unwrap();
+        let marks = m.node(n(0)).unwrap().zone(ZoneKind::Dma32).counters().2;
+        assert!(marks.min > 0 && marks.low > marks.min);
+        let mut count = 0;
+        while m.alloc(n(0), Order::ZERO, AllocFlags::empty()).is_some() {
+            count += 1;
+        }
+        let free = m.node(n(0)).unwrap().free_pages();
+        assert_eq!(free, marks.min, "the second pass stops at min");
+        assert!(m.alloc(n(0), Order::ZERO, AllocFlags::RESERVE).is_some());
+        assert!(count > 0);
+    }
+
+    #[test]
+    fn hot_add_joins_a_memoryless_node() {
+        let mut spec = Spec::uniform(3, 1024, 0);
+        spec.infos[2].has_memory = false;
+        spec.ranges.pop();
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let mut row = [NodeId::default(); 3];
+        assert_eq!(m.fallback_order(n(2), &mut row), 2);
+        assert_eq!(m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE), None);
+        let r = PhysRange::new(Pfn(1 << 21), Pfn((1 << 21) + 2048)).unwrap();
+        assert_eq!(
+            m.hot_add(&mem, n(5), r, FallbackOptions::default()),
+            Err(BootError::UnknownNode { node: n(5) })
+        );
+        let overlap = PhysRange::new(Pfn(1000), Pfn(3000)).unwrap();
+        assert_eq!(
+            m.hot_add(&mem, n(2), overlap, FallbackOptions::default()),
+            Err(BootError::Overlap { start: Pfn(1000) })
+        );
+        m.hot_add(&mem, n(2), r, FallbackOptions::default())
+            .unwrap();
+        assert_eq!(m.fallback_order(n(2), &mut row), 3);
+        assert_eq!(row[0], n(2));
+        assert_eq!(m.fallback_order(n(0), &mut row), 3);
+        let p = m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).unwrap();
+        assert_eq!(m.node_of(p), Some(n(2)));
+        m.free(p, Order::ZERO).unwrap();
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn boot_rejects_bad_layouts() {
+        let mut spec = Spec::uniform(2, 1024, 0);
+        spec.ranges[1].range.start = Pfn(1000);
+        let mem = SparseMem::default();
+        let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+        assert_eq!(
+            Machine::boot(topo, &mem, &spec.ranges, BootOptions::default()).unwrap_err(),
+            BootError::Overlap { start: Pfn(1000) }
+        );
+        let spec = Spec::uniform(2, 1024, 0);
+        let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+        assert_eq!(
+            Machine::boot(topo, &mem, &spec.ranges[..1], BootOptions::default()).unwrap_err(),
+            BootError::MemoryStateMismatch { node: n(1) }
+        );
+        let tiny = [
+            MemoryRange {
+                node: n(0),
+                range: PhysRange::new(Pfn(0), Pfn(1)).unwrap(),
+            },
+            spec.ranges[1],
+        ];
+        assert_eq!(
+            Machine::boot(topo, &mem, &tiny, BootOptions::default()).unwrap_err(),
+            BootError::BadRange { start: Pfn(0) }
+        );
+    }
+}

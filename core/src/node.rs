@@ -1,0 +1,196 @@
+//! A node's memory: its zones, each a buddy allocator behind a spinlock, and its counters.
+#![deny(unsafe_code)]
+
+use crate::addr::{NR_ORDERS, Order, Pfn};
+use crate::buddy::FreeArea;
+use crate::error::{FreeError, InvariantError};
+use crate::stats::NumaStats;
+use crate::sync::Mutex;
+use crate::topology::NodeId;
+
+/// First frame above the `Dma32` zone (4 GiB).
+pub const DMA32_END: Pfn = Pfn(1 << 20);
+
+/// The zones of a node, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ZoneKind {
+    /// Memory below 4 GiB, for devices limited to 32-bit DMA.
+    Dma32 = 0,
+    /// Everything else.
+    Normal = 1,
+}
+
+impl ZoneKind {
+    /// Both zones, lowest first.
+    pub const ALL: [ZoneKind; 2] = [ZoneKind::Dma32, ZoneKind::Normal];
+    /// The zone a frame belongs to.
+    pub fn of(pfn: Pfn) -> ZoneKind {
+        if pfn < DMA32_END {
+            ZoneKind::Dma32
+        } else {
+            ZoneKind::Normal
+        }
+    }
+    /// Index into per-zone arrays.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Linux's three watermarks, in pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Watermarks {
+    /// Below this only reserve allocations succeed.
+    pub min: u64,
+    /// The first pass of the allocation walk keeps this much free.
+    pub low: u64,
+    /// Reclaim (outside numaframe) would stop here.
+    pub high: u64,
+}
+
+/// Which watermark an allocation must respect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mark {
+    Low,
+    Min,
+    Reserve,
+}
+
+#[derive(Debug)]
+pub(crate) struct ZoneInner {
+    pub(crate) area: FreeArea,
+    pub(crate) marks: Watermarks,
+}
+
+impl ZoneInner {
+    fn headroom(&self, mark: Mark) -> u64 {
+        let keep = match mark {
+            Mark::Low => self.marks.low,
+            Mark::Min => self.marks.min,
+            Mark::Reserve => 0,
+        };
+        self.area.free_pages.saturating_sub(keep)
+    }
+}
+
+/// One zone: a buddy allocator behind a spinlock.
+#[derive(Debug)]
+pub struct Zone {
+    kind: ZoneKind,
+    pub(crate) inner: Mutex<ZoneInner>,
+}
+
+impl Zone {
+    fn new(kind: ZoneKind) -> Self {
+        Self {
+            kind,
+            inner: Mutex::new(ZoneInner {
+                area: FreeArea::new(),
+                marks: Watermarks::default(),
+            }),
+        }
+    }
+
+    /// Which zone this is.
+    pub fn kind(&self) -> ZoneKind {
+        self.kind
+    }
+
+    /// One block of `order` if the zone stays above `mark` afterwards.
+    pub(crate) fn alloc(&self, order: Order, mark: Mark, extra: u32) -> Option<Pfn> {
+        let mut z = self.inner.lock();
+        if z.headroom(mark) < order.frames() {
+            return None;
+        }
+        z.area.alloc(order, extra)
+    }
+
+    /// Order-0 frames into `out`, as many as the zone can give above `mark`, under one lock.
+    pub(crate) fn alloc_bulk(&self, out: &mut [Pfn], mark: Mark) -> usize {
+        let mut z = self.inner.lock();
+        let n = (z.headroom(mark).min(out.len() as u64)) as usize;
+        z.area.alloc_bulk(&mut out[..n])
+    }
+
+    /// Frees one block (checked); on error nothing changes.
+    pub(crate) fn free(&self, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
+        self.inner.lock().area.free(pfn, order, extra)
+    }
+
+    /// Free pages, managed pages and watermarks.
+    pub fn counters(&self) -> (u64, u64, Watermarks) {
+        let z = self.inner.lock();
+        (z.area.free_pages, z.area.managed_pages, z.marks)
+    }
+
+    /// Free blocks per order (a `/proc/buddyinfo` row).
+    pub fn buddyinfo(&self) -> [u64; NR_ORDERS] {
+        self.inner.lock().area.buddyinfo()
+    }
+}
+
+/// A NUMA node's memory.
+#[derive(Debug)]
+pub struct Node {
+    id: NodeId,
+    zones: [Zone; 2],
+    stats: NumaStats,
+}
+
+impl Node {
+    pub(crate) fn new(id: NodeId) -> Self {
+        Self {
+            id,
+            zones: [Zone::new(ZoneKind::Dma32), Zone::new(ZoneKind::Normal)],
+            stats: NumaStats::new(),
+        }
+    }
+    /// The node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+    /// One of the node's zones.
+    pub fn zone(&self, kind: ZoneKind) -> &Zone {
+        &self.zones[kind.index()]
+    }
+    /// The node's numastat counters.
+    pub fn stats(&self) -> &NumaStats {
+        &self.stats
+    }
+    /// Free pages over both zones.
+    pub fn free_pages(&self) -> u64 {
+        self.zones.iter().map(|z| z.counters().0).sum()
+    }
+    /// Managed pages over both zones.
+    pub fn managed_pages(&self) -> u64 {
+        self.zones.iter().map(|z| z.counters().1).sum()
+    }
+    pub(crate) fn check(&self) -> Result<(), InvariantError> {
+        self.zones
+            .iter()
+            .try_for_each(|z| z.inner.lock().area.check(self.id))
+    }
+}
+
+/// Linux's `__setup_per_zone_wmarks()`: `min_free_kbytes` shared out by managed pages, then
+/// `low = min + max(min/4, 0.1% of the zone)` and `high = low + (low - min)`.
+pub(crate) fn watermarks(min_free_pages: u64, zone_managed: u64, total_managed: u64) -> Watermarks {
+    if total_managed == 0 {
+        return Watermarks::default();
+    }
+    let min = ((u128::from(min_free_pages) * u128::from(zone_managed)) / u128::from(total_managed))
+        as u64;
+    let gap = (min / 4).max(zone_managed / 1000);
+    Watermarks {
+        min,
+        low: min + gap,
+        high: min + 2 * gap,
+    }
+}
+
+/// Linux's default `min_free_kbytes`: `sqrt(16 · lowmem_kbytes)`, clamped to 128 KiB ..= 256 MiB.
+pub(crate) fn default_min_free_kbytes(total_pages: u64) -> u64 {
+    let kbytes = total_pages.saturating_mul(4).saturating_mul(16);
+    kbytes.isqrt().clamp(128, 262_144)
+}

@@ -1,0 +1,87 @@
+//! The platform memory seam, and boot memory carved from the managed ranges.
+//!
+//! The core never assumes how the platform maps physical memory. It asks a [`PhysMemory`] for a
+//! pointer to a physical range, and only ever for ranges it has reserved for its own tables:
+//! per-frame metadata and the machine-wide tables carved at boot. It never asks for a frame it
+//! hands out, and never reads or writes the contents of a free frame.
+
+use core::mem::{align_of, size_of};
+use core::ptr::NonNull;
+
+use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
+
+/// How the platform reaches physical memory.
+///
+/// # Safety
+/// For every range `r` on which `map(r)` returns `Some(p)`, the implementation guarantees:
+/// 1. `p` is aligned to [`PAGE_SIZE`] and valid for reads and writes of `r.bytes()` bytes for as
+///    long as `self` is borrowed;
+/// 2. nothing else reads or writes those bytes while the allocator may use them: the ranges the
+///    platform hands to the allocator (at boot or hot-add) belong to the allocator alone.
+///
+/// numaframe maps each frame at most once, so mutable views never alias.
+pub unsafe trait PhysMemory {
+    /// A pointer to the first byte of `range`, or `None` if the platform cannot map it.
+    fn map(&self, range: PhysRange) -> Option<NonNull<u8>>;
+}
+
+/// A cursor that carves typed tables off the end of one physical range (Linux's memblock, for
+/// the few tables that exist once per machine).
+pub(crate) struct BootCarve<'a> {
+    base: NonNull<u8>,
+    /// Bytes still free at the start of the mapped region.
+    left: usize,
+    _mem: core::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> BootCarve<'a> {
+    /// Maps `range` through `mem` for carving. The caller must never hand out frames of `range`
+    /// afterwards and never map it again.
+    pub(crate) fn new<M: PhysMemory + ?Sized>(mem: &'a M, range: PhysRange) -> Option<Self> {
+        let left = usize::try_from(range.bytes()).ok()?;
+        Some(Self {
+            base: mem.map(range)?,
+            left,
+            _mem: core::marker::PhantomData,
+        })
+    }
+
+    /// Carves a slice of `n` values, each made by `init(i)`. `None` if the range is too small.
+    pub(crate) fn slice<T>(
+        &mut self,
+        n: usize,
+        mut init: impl FnMut(usize) -> T,
+    ) -> Option<&'a mut [T]> {
+        let bytes = size_of::<T>().checked_mul(n)?;
+        let end = self.left.checked_sub(bytes)?;
+        let start = end & !(align_of::<T>() - 1);
+        // SAFETY: `start <= self.left`, which is within the mapped region.
+        let ptr = unsafe { self.base.as_ptr().add(start) }.cast::<T>();
+        for i in 0..n {
+            // SAFETY:
+            // 1. `ptr.add(i)` lies in `start..start + bytes`, inside the region (`start + bytes <= left`);
+            // 2. it is aligned: the region is page aligned and `start` is rounded down to `T`'s alignment;
+            // 3. the bytes are ours alone: PhysMemory's contract, and this cursor never hands them out twice.
+            unsafe { ptr.add(i).write(init(i)) };
+        }
+        self.left = start;
+        // SAFETY: all `n` elements were initialised above, the memory is valid for `'a` by
+        // PhysMemory's contract, and no other reference to it exists (the cursor moved past it).
+        Some(unsafe { core::slice::from_raw_parts_mut(ptr, n) })
+    }
+}
+
+/// Bytes a set of carved tables needs, rounded up to whole pages, with slack for alignment.
+pub(crate) fn pages_for(bytes: usize, tables: usize) -> u64 {
+    let total = bytes as u64 + 64 * tables as u64;
+    total.div_ceil(PAGE_SIZE)
+}
+
+/// The frames `range.end - frames .. range.end`, or `None` if the range is smaller.
+pub(crate) fn tail(range: PhysRange, frames: u64) -> Option<PhysRange> {
+    let start = range.end.get().checked_sub(frames)?;
+    if start < range.start.get() {
+        return None;
+    }
+    PhysRange::new(Pfn(start), range.end)
+}

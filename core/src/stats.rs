@@ -1,0 +1,81 @@
+//! numastat counters, with Linux's meanings.
+#![deny(unsafe_code)]
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// One node's numastat counters (`/sys/devices/system/node/nodeN/numastat`).
+///
+/// Each counter is an independent event count, so they are plain relaxed atomics: no reader
+/// needs two of them to agree at one instant.
+#[derive(Debug, Default)]
+pub struct NumaStats {
+    hit: AtomicU64,
+    miss: AtomicU64,
+    foreign: AtomicU64,
+    interleave_hit: AtomicU64,
+    local: AtomicU64,
+    other: AtomicU64,
+}
+
+/// A snapshot of [`NumaStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NumaStat {
+    /// Allocations that landed on this node when it was the preferred node.
+    pub numa_hit: u64,
+    /// Allocations that landed on this node although another node was preferred.
+    pub numa_miss: u64,
+    /// Allocations that preferred this node but landed elsewhere.
+    pub numa_foreign: u64,
+    /// Interleave allocations that landed on the node the interleave chose.
+    pub interleave_hit: u64,
+    /// Allocations on this node made by a CPU of this node.
+    pub local_node: u64,
+    /// Allocations on this node made by a CPU of another node.
+    pub other_node: u64,
+}
+
+/// Which counter an event bumps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    Hit,
+    Miss,
+    Foreign,
+    InterleaveHit,
+    Local,
+    Other,
+}
+
+impl NumaStats {
+    /// All counters zero.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `n` to one counter.
+    pub(crate) fn add(&self, event: Event, n: u64) {
+        let c = match event {
+            Event::Hit => &self.hit,
+            Event::Miss => &self.miss,
+            Event::Foreign => &self.foreign,
+            Event::InterleaveHit => &self.interleave_hit,
+            Event::Local => &self.local,
+            Event::Other => &self.other,
+        };
+        // Relaxed: an event count orders nothing else.
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The current values.
+    pub fn snapshot(&self) -> NumaStat {
+        // Relaxed: see the type's comment.
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        NumaStat {
+            numa_hit: r(&self.hit),
+            numa_miss: r(&self.miss),
+            numa_foreign: r(&self.foreign),
+            interleave_hit: r(&self.interleave_hit),
+            local_node: r(&self.local),
+            other_node: r(&self.other),
+        }
+    }
+}
