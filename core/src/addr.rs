@@ -78,7 +78,7 @@ impl PhysAddr {
     /// The frame that starts at this address, or `None` if it is not page aligned
     /// (`x86_64`'s `PhysFrame::from_start_address`).
     pub const fn try_pfn(self) -> Option<Pfn> {
-        if self.0 % PAGE_SIZE == 0 {
+        if self.0.is_multiple_of(PAGE_SIZE) {
             Some(Pfn(self.0 >> PAGE_SHIFT))
         } else {
             None
@@ -114,7 +114,7 @@ impl PhysRange {
     /// The frames covering the page-aligned bytes `base..base + size`;
     /// `None` if either is not page aligned or the sum overflows.
     pub const fn from_bytes(base: PhysAddr, size: u64) -> Option<Self> {
-        if base.0 % PAGE_SIZE != 0 || size % PAGE_SIZE != 0 {
+        if !base.0.is_multiple_of(PAGE_SIZE) || !size.is_multiple_of(PAGE_SIZE) {
             return None;
         }
         match base.0.checked_add(size) {
@@ -232,7 +232,7 @@ mod tests {
         assert!(r.contains(Pfn(262_144)));
         assert!(!r.contains(Pfn(524_288)));
         assert!(PhysRange::from_bytes(PhysAddr(1), 4096).is_none());
-        assert!(PhysRange::from_bytes(PhysAddr(u64::MAX & !0xfff), 8192).is_none());
+        assert!(PhysRange::from_bytes(PhysAddr(!0xfff), 8192).is_none());
         assert!(PhysRange::new(Pfn(2), Pfn(1)).is_none());
     }
 }

@@ -80,11 +80,6 @@ impl FreeArea {
         }
     }
 
-    /// The spans of this zone.
-    pub(crate) fn spans(&self) -> &[Span] {
-        &self.spans
-    }
-
     /// The span holding `pfn`.
     pub(crate) fn span_of(&self, pfn: Pfn) -> Option<&Span> {
         self.spans.iter().find(|s| s.range().contains(pfn))

@@ -286,22 +286,6 @@ impl Span {
         unsafe { (*self.entry(pfn)).tag.store(value, Ordering::Release) };
     }
 
-    /// Atomically replaces the tag `old` by `new`; `Err(actual)` if it was not `old`. Used where
-    /// two CPUs may race on the same frame (a double free from two CPUs).
-    pub(crate) fn swap_tag(&self, pfn: Pfn, old: u32, new: u32) -> Result<(), u32> {
-        if !self.is_valid(pfn) {
-            return Err(0);
-        }
-        // SAFETY: the entry is valid and inside the region; the tag is only accessed atomically.
-        // AcqRel: the winner sees the block as its last owner left it, and publishes the change.
-        unsafe {
-            (*self.entry(pfn))
-                .tag
-                .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
-                .map(|_| ())
-        }
-    }
-
     /// The free-list links `(next, prev)` of a valid entry. The caller holds the zone lock.
     pub(crate) fn links(&self, pfn: Pfn) -> (u32, u32) {
         debug_assert!(self.is_valid(pfn));
@@ -373,8 +357,6 @@ mod tests {
         s.set_tag(Pfn(262_144), 4);
         assert_eq!(s.tag(Pfn(262_142)), 3);
         assert_eq!(s.tag(Pfn(262_144)), 4);
-        assert_eq!(s.swap_tag(Pfn(262_144), 4, 5), Ok(()));
-        assert_eq!(s.swap_tag(Pfn(262_144), 4, 6), Err(5));
         assert!(s.holds(Pfn(262_144), Order::new(2)));
         assert!(!s.holds(Pfn(262_144), Order::new(3)));
     }

@@ -17,15 +17,95 @@
 //! Metadata tags are read outside zone locks only through atomics (see `meta`).
 #![allow(clippy::disallowed_types)]
 
-#[cfg(not(numaframe_loom))]
-pub use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-#[cfg(numaframe_loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use core::sync::atomic::Ordering;
 
-/// Atomics that live in platform memory (the per-frame metadata tags). They are created by
-/// zeroing memory, which loom's tracked atomics cannot be, so they are `core`'s under loom too;
-/// the zone lock orders every write to them.
-pub use core::sync::atomic::AtomicU32 as RawAtomicU32;
+macro_rules! atomic_newtype {
+    ($(#[$doc:meta])* $name:ident, $int:ty, $core:ty, $loom:ty) => {
+        $(#[$doc])*
+        #[derive(Debug, Default)]
+        #[repr(transparent)]
+        pub struct $name(
+            #[cfg(not(numaframe_loom))] $core,
+            #[cfg(numaframe_loom)] $loom,
+        );
+
+        impl $name {
+            /// A new atomic holding `v`.
+            #[cfg(not(numaframe_loom))]
+            pub const fn new(v: $int) -> Self {
+                Self(<$core>::new(v))
+            }
+            /// A new atomic holding `v`.
+            #[cfg(numaframe_loom)]
+            pub fn new(v: $int) -> Self {
+                Self(<$loom>::new(v))
+            }
+            /// Loads the value.
+            #[inline]
+            pub fn load(&self, order: Ordering) -> $int {
+                self.0.load(order)
+            }
+            /// Stores `v`.
+            #[inline]
+            pub fn store(&self, v: $int, order: Ordering) {
+                self.0.store(v, order)
+            }
+            /// Adds `v`, returning the previous value.
+            #[inline]
+            pub fn fetch_add(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_add(v, order)
+            }
+            /// Subtracts `v`, returning the previous value.
+            #[inline]
+            pub fn fetch_sub(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_sub(v, order)
+            }
+            /// Replaces `current` by `new` if it holds `current`.
+            #[inline]
+            pub fn compare_exchange(&self, current: $int, new: $int, success: Ordering, failure: Ordering) -> Result<$int, $int> {
+                self.0.compare_exchange(current, new, success, failure)
+            }
+        }
+    };
+}
+
+atomic_newtype!(
+    /// A `u32` atomic (loom's under `--cfg numaframe_loom`).
+    AtomicU32, u32, core::sync::atomic::AtomicU32, loom::sync::atomic::AtomicU32
+);
+atomic_newtype!(
+    /// A `u64` atomic (loom's under `--cfg numaframe_loom`).
+    AtomicU64, u64, core::sync::atomic::AtomicU64, loom::sync::atomic::AtomicU64
+);
+atomic_newtype!(
+    /// A `usize` atomic (loom's under `--cfg numaframe_loom`).
+    AtomicUsize, usize, core::sync::atomic::AtomicUsize, loom::sync::atomic::AtomicUsize
+);
+
+/// A `u32` atomic that lives in platform memory (the per-frame metadata tags). It is created by
+/// zeroing memory, which loom's tracked atomics cannot be, so it is `core`'s under loom too;
+/// the zone lock orders every write to it. Zeroed memory is a valid `RawAtomicU32` holding 0.
+#[derive(Debug, Default)]
+#[repr(transparent)]
+pub struct RawAtomicU32(core::sync::atomic::AtomicU32);
+
+impl RawAtomicU32 {
+    /// Loads the value.
+    #[inline]
+    pub fn load(&self, order: Ordering) -> u32 {
+        self.0.load(order)
+    }
+    /// Stores `v`.
+    #[inline]
+    pub fn store(&self, v: u32, order: Ordering) {
+        self.0.store(v, order)
+    }
+    /// Replaces `current` by `new` if it holds `current`.
+    #[inline]
+    pub fn compare_exchange(&self, current: u32, new: u32, success: Ordering, failure: Ordering) -> Result<u32, u32> {
+        self.0.compare_exchange(current, new, success, failure)
+    }
+}
 
 /// Tells the CPU (or loom) that this thread is spinning.
 #[inline]

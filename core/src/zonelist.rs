@@ -259,7 +259,7 @@ mod tests {
     #[test]
     fn display_is_boot_log_format() {
         let (mut ids, mut lens) = ([NodeId::new(0); 4], [0u16; 2]);
-        let mut t = FallbackTable::new(2, &mut ids, &mut lens).unwrap();
+        let t = FallbackTable::new(2, &mut ids, &mut lens).unwrap();
         t.ids[2] = NodeId::new(1);
         t.ids[3] = NodeId::new(0);
         t.lens[1] = 2;
