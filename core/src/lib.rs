@@ -13,6 +13,7 @@ pub mod machine;
 mod meta;
 pub mod node;
 pub mod platform;
+pub mod policy;
 pub mod stats;
 pub mod sync;
 pub mod topology;

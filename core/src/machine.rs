@@ -11,6 +11,7 @@ use crate::meta::{Span, tag};
 use crate::node::{DMA32_END, Mark, Node, ZoneKind, default_min_free_kbytes, watermarks};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
 use crate::stats::{Event, NumaStat};
+use crate::interleave::Weights;
 use crate::sync::RwLock;
 use crate::topology::{NodeId, NodeMask, Topology};
 use crate::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
@@ -109,6 +110,7 @@ pub struct Machine<'a> {
     topo: Topology<'a>,
     nodes: &'a [Node],
     layout: RwLock<Layout<'a>>,
+    weights: RwLock<Weights>,
     min_free_kbytes: Option<u64>,
 }
 
@@ -250,6 +252,7 @@ impl<'a> Machine<'a> {
             topo,
             nodes,
             layout: RwLock::new(layout),
+            weights: RwLock::new(Weights::default()),
             min_free_kbytes: opts.min_free_kbytes,
         };
         {
@@ -426,32 +429,29 @@ impl<'a> Machine<'a> {
         self.alloc_tagged(cpu_node, preferred, order, flags, 0)
     }
 
-    pub(crate) fn alloc_tagged(
-        &self,
-        cpu_node: NodeId,
-        preferred: NodeId,
-        order: Order,
-        flags: AllocFlags,
-        extra: u32,
-    ) -> Option<Pfn> {
+    pub(crate) fn alloc_tagged(&self, cpu_node: NodeId, preferred: NodeId, order: Order, flags: AllocFlags, extra: u32) -> Option<Pfn> {
+        self.walk_tagged(cpu_node, preferred, order, flags, None, false, extra)
+    }
+
+    /// The zonelist walk: `preferred`'s zonelist (or `preferred` alone with THISNODE),
+    /// restricted to `filter`, low watermark first, then min, then (with RESERVE) below min.
+    pub(crate) fn walk(&self, cpu_node: NodeId, preferred: NodeId, order: Order, flags: AllocFlags, filter: Option<&NodeMask>, il: bool) -> Option<Pfn> {
+        self.walk_tagged(cpu_node, preferred, order, flags, filter, il, 0)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn walk_tagged(&self, cpu_node: NodeId, preferred: NodeId, order: Order, flags: AllocFlags, filter: Option<&NodeMask>, il: bool, extra: u32) -> Option<Pfn> {
         if !self.topo.contains(preferred) {
             return None;
         }
         let layout = self.layout.read();
         let this = [preferred];
-        let list = if flags.contains(AllocFlags::THISNODE) {
-            &this[..]
-        } else {
-            layout.fallback.order(preferred)
-        };
+        let list = if flags.contains(AllocFlags::THISNODE) { &this[..] } else { layout.fallback.order(preferred) };
         for &mark in marks(flags) {
-            for &node in list {
+            for &node in list.iter().filter(|n| filter.is_none_or(|f| f.contains(**n))) {
                 for &kind in zones(flags) {
-                    if let Some(pfn) = self.nodes[node.index()]
-                        .zone(kind)
-                        .alloc(order, mark, extra)
-                    {
-                        self.count(cpu_node, preferred, node, 1);
+                    if let Some(pfn) = self.nodes[node.index()].zone(kind).alloc(order, mark, extra) {
+                        self.count(cpu_node, preferred, node, 1, il);
                         return Some(pfn);
                     }
                 }
@@ -460,24 +460,20 @@ impl<'a> Machine<'a> {
         None
     }
 
-    fn count(&self, cpu_node: NodeId, preferred: NodeId, got: NodeId, n: u64) {
+    fn count(&self, cpu_node: NodeId, preferred: NodeId, got: NodeId, n: u64, il: bool) {
         let stats = self.nodes[got.index()].stats();
         if got == preferred {
             stats.add(Event::Hit, n);
+            if il {
+                stats.add(Event::InterleaveHit, n);
+            }
         } else {
             stats.add(Event::Miss, n);
             if let Some(p) = self.nodes.get(preferred.index()) {
                 p.stats().add(Event::Foreign, n);
             }
         }
-        stats.add(
-            if got == cpu_node {
-                Event::Local
-            } else {
-                Event::Other
-            },
-            n,
-        );
+        stats.add(if got == cpu_node { Event::Local } else { Event::Other }, n);
     }
 
     /// Fills `out` with order-0 frames preferring `node`, walking its zonelist and taking each
@@ -485,46 +481,56 @@ impl<'a> Machine<'a> {
     /// runs out).
     #[must_use = "the frames placed in `out` must be freed"]
     pub fn alloc_bulk(&self, node: NodeId, flags: AllocFlags, out: &mut [Pfn]) -> usize {
-        self.alloc_bulk_from(node, node, flags, out)
+        self.bulk_walk(node, node, flags, None, false, out)
     }
 
     /// [`Machine::alloc_bulk`] on behalf of a CPU of `cpu_node`.
     #[must_use = "the frames placed in `out` must be freed"]
-    pub fn alloc_bulk_from(
-        &self,
-        cpu_node: NodeId,
-        node: NodeId,
-        flags: AllocFlags,
-        out: &mut [Pfn],
-    ) -> usize {
-        if !self.topo.contains(node) {
+    pub fn alloc_bulk_from(&self, cpu_node: NodeId, node: NodeId, flags: AllocFlags, out: &mut [Pfn]) -> usize {
+        self.bulk_walk(cpu_node, node, flags, None, false, out)
+    }
+
+    /// One node bulk: the zonelist walk of [`Machine::walk`] for order-0 frames, one zone lock
+    /// per zone and pass.
+    pub(crate) fn bulk_walk(&self, cpu_node: NodeId, preferred: NodeId, flags: AllocFlags, filter: Option<&NodeMask>, il: bool, out: &mut [Pfn]) -> usize {
+        if !self.topo.contains(preferred) {
             return 0;
         }
         let layout = self.layout.read();
-        let this = [node];
-        let list = if flags.contains(AllocFlags::THISNODE) {
-            &this[..]
-        } else {
-            layout.fallback.order(node)
-        };
+        let this = [preferred];
+        let list = if flags.contains(AllocFlags::THISNODE) { &this[..] } else { layout.fallback.order(preferred) };
         let mut done = 0;
         for &mark in marks(flags) {
-            for &n in list {
+            for &n in list.iter().filter(|n| filter.is_none_or(|f| f.contains(**n))) {
                 for &kind in zones(flags) {
                     if done == out.len() {
                         return done;
                     }
-                    let got = self.nodes[n.index()]
-                        .zone(kind)
-                        .alloc_bulk(&mut out[done..], mark);
+                    let got = self.nodes[n.index()].zone(kind).alloc_bulk(&mut out[done..], mark);
                     if got > 0 {
-                        self.count(cpu_node, node, n, got as u64);
+                        self.count(cpu_node, preferred, n, got as u64, il);
                     }
                     done += got;
                 }
             }
         }
         done
+    }
+
+    /// Replaces the weighted-interleave weight table, atomically with respect to running
+    /// allocations: each allocation sees the old table or the new one, never a mix.
+    pub fn set_weights(&self, weights: Weights) {
+        *self.weights.write() = weights;
+    }
+
+    /// A copy of the weighted-interleave weight table.
+    pub fn weights(&self) -> Weights {
+        self.weights.read().clone()
+    }
+
+    /// Runs `f` with the weight table held (shared) so it cannot change meanwhile.
+    pub(crate) fn with_weights<R>(&self, f: impl FnOnce(&Weights) -> R) -> R {
+        f(&self.weights.read())
     }
 
     /// Frees a block allocated with `order`.

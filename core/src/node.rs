@@ -162,6 +162,10 @@ impl Node {
     pub fn free_pages(&self) -> u64 {
         self.zones.iter().map(|z| z.counters().0).sum()
     }
+    /// `true` if some zone could hand out a block of `order` above its min watermark.
+    pub fn can_serve(&self, order: Order) -> bool {
+        self.zones.iter().any(|z| z.inner.lock().headroom(Mark::Min) >= order.frames())
+    }
     /// Managed pages over both zones.
     pub fn managed_pages(&self) -> u64 {
         self.zones.iter().map(|z| z.counters().1).sum()

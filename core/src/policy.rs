@@ -1,0 +1,260 @@
+//! Memory policies (Linux's `mempolicy`), with a bulk path for every policy and a
+//! socket-aware mode for machines with CXL or HBM memory.
+//!
+//! A [`TaskPolicy`] is owned by one task or vCPU and passed to every allocation: it holds the
+//! policy and the interleave cursor, so tasks never contend on policy state.
+//!
+//! # Bulk allocation and the interleave state
+//! A weighted-interleave bulk of `N` pages is planned with
+//! [`plan_bulk`](crate::interleave::plan_bulk): per-node counts and a final state identical to
+//! `N` single-page calls, and at most one node bulk call per policy node, the partly consumed
+//! node included.
+//!
+//! When a node cannot supply its share, the rest of that share falls back along *that node's*
+//! zonelist (Linux's preferred-node bulk semantics): the pages land elsewhere, but they still
+//! count against the planned node's turn, and the interleave state is the one the plan
+//! computed. So counts per *planned* node and the final state never depend on memory pressure;
+//! where the pages physically land does. If the whole machine runs out, the call returns fewer
+//! pages than asked and the state still advances by the full plan, as Linux's
+//! `alloc_pages_bulk_weighted_interleave()` does.
+//!
+//! # Socket-aware mode
+//! A package holds the CPU nodes of one socket plus the memory-only nodes whose initiator (or,
+//! failing that, nearest CPU node) is in it. With socket awareness, candidates are first
+//! restricted to the package of the allocating CPU's node, before weights apply. Only when no
+//! node of the package can serve does the policy fall back to the whole mask.
+#![deny(unsafe_code)]
+
+use crate::addr::{Order, Pfn};
+use crate::error::PolicyError;
+use crate::interleave::{IlState, Weights, plan_bulk};
+use crate::machine::{AllocFlags, Machine};
+use crate::topology::{NodeId, NodeMask, Topology};
+
+/// Where a policy places memory (Linux's `MPOL_*` modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// The allocating CPU's node, then its zonelist (`MPOL_LOCAL`).
+    Local,
+    /// One node, then its zonelist (`MPOL_PREFERRED`).
+    Preferred(NodeId),
+    /// The local zonelist restricted to the mask, then the whole local zonelist
+    /// (`MPOL_PREFERRED_MANY`).
+    PreferredMany(NodeMask),
+    /// The local zonelist restricted to the mask, never outside it (`MPOL_BIND`).
+    Bind(NodeMask),
+    /// One page per node in turn (`MPOL_INTERLEAVE`).
+    Interleave(NodeMask),
+    /// `weight[n]` pages per node in turn (`MPOL_WEIGHTED_INTERLEAVE`); weights are the
+    /// machine's table, see [`Machine::set_weights`].
+    WeightedInterleave(NodeMask),
+}
+
+impl Policy {
+    fn mask(&self) -> Option<&NodeMask> {
+        match self {
+            Policy::Local | Policy::Preferred(_) => None,
+            Policy::PreferredMany(m) | Policy::Bind(m) | Policy::Interleave(m) | Policy::WeightedInterleave(m) => Some(m),
+        }
+    }
+}
+
+/// The package (socket) of every node, derived as the module doc says.
+fn package_of(topo: &Topology<'_>, node: NodeId) -> Option<u32> {
+    let cpu_package = |n: NodeId| topo.info(n).socket.map_or(u32::from(u16::MAX) + 1 + n.index() as u32, u32::from);
+    let info = topo.info(node);
+    if info.has_cpus {
+        return Some(cpu_package(node));
+    }
+    if let Some(init) = info.initiator {
+        return Some(cpu_package(init));
+    }
+    if let Some(s) = info.socket {
+        return Some(u32::from(s));
+    }
+    let cpus = topo.cpu_nodes();
+    topo.nearest_nodes(node, &cpus).first().map(cpu_package)
+}
+
+/// A task's (or vCPU's) memory policy and interleave cursor.
+#[derive(Clone, Debug)]
+pub struct TaskPolicy {
+    policy: Policy,
+    socket_aware: bool,
+    il: IlState,
+    /// The package restriction last computed: (cpu node, mask ∩ package).
+    package: Option<(NodeId, NodeMask)>,
+}
+
+/// What a bulk allocation did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use = "the frames placed must be freed"]
+pub struct BulkResult {
+    /// Frames placed at the start of the output slice.
+    pub placed: usize,
+    /// Node bulk calls made (each walks one node's zonelist, taking each zone lock once).
+    pub node_calls: usize,
+}
+
+impl TaskPolicy {
+    /// A policy for a task on `machine`.
+    ///
+    /// # Errors
+    /// [`PolicyError::EmptyMask`] for an empty mask and [`PolicyError::UnknownNode`] for a node
+    /// outside the machine.
+    pub fn new(machine: &Machine<'_>, policy: Policy, socket_aware: bool) -> Result<TaskPolicy, PolicyError> {
+        let topo = machine.topology();
+        if let Policy::Preferred(n) = policy {
+            if !topo.contains(n) {
+                return Err(PolicyError::UnknownNode { node: n });
+            }
+        }
+        if let Some(mask) = policy.mask() {
+            if mask.is_empty() {
+                return Err(PolicyError::EmptyMask);
+            }
+            if let Some(bad) = mask.iter().find(|n| !topo.contains(*n)) {
+                return Err(PolicyError::UnknownNode { node: bad });
+            }
+        }
+        Ok(TaskPolicy { policy, socket_aware, il: IlState::new(), package: None })
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The interleave cursor.
+    pub fn il_state(&self) -> IlState {
+        self.il
+    }
+
+    /// Replaces the interleave cursor (to resume a task, or to test from a given state).
+    pub fn set_il_state(&mut self, state: IlState) {
+        self.il = state;
+    }
+
+    /// The interleave state as reported: (node that serves the next page, pages it still has
+    /// this turn), for an allocation from `cpu_node`.
+    pub fn il_report(&mut self, machine: &Machine<'_>, cpu_node: NodeId) -> Option<(NodeId, u8)> {
+        let mask = self.candidates(machine, cpu_node, Order::ZERO)?;
+        let il = self.il;
+        Some(self.with_weights(machine, |w| il.normalised(&mask, w)))
+    }
+
+    /// Runs `f` with the weights this policy uses: the machine's table (held shared, so a
+    /// concurrent replacement is seen whole or not at all) or 1 everywhere.
+    fn with_weights<R>(&self, machine: &Machine<'_>, f: impl FnOnce(&Weights) -> R) -> R {
+        match self.policy {
+            Policy::WeightedInterleave(_) => machine.with_weights(f),
+            _ => f(&Weights::default()),
+        }
+    }
+
+    /// The mask the interleave runs over: with socket awareness, the policy's nodes in the
+    /// package of `cpu_node` if any of them can serve `order`, else the whole mask.
+    fn candidates(&mut self, machine: &Machine<'_>, cpu_node: NodeId, order: Order) -> Option<NodeMask> {
+        let mask = *self.policy.mask()?;
+        if !self.socket_aware || !machine.topology().contains(cpu_node) {
+            return Some(mask);
+        }
+        let local = match self.package {
+            Some((cpu, m)) if cpu == cpu_node => m,
+            _ => {
+                let topo = machine.topology();
+                let pkg = package_of(topo, cpu_node);
+                let m = NodeMask::from_nodes(mask.iter().filter(|n| package_of(topo, *n) == pkg));
+                self.package = Some((cpu_node, m));
+                m
+            }
+        };
+        let serves = local.iter().any(|n| machine.node(n).is_some_and(|node| node.can_serve(order)));
+        Some(if serves { local } else { mask })
+    }
+
+    /// Allocates one block under the policy, on behalf of a CPU of `cpu_node`.
+    #[must_use = "dropping the frame leaks it"]
+    pub fn alloc(&mut self, machine: &Machine<'_>, cpu_node: NodeId, order: Order, flags: AllocFlags) -> Option<Pfn> {
+        match self.policy {
+            Policy::Local => machine.walk(cpu_node, cpu_node, order, flags, None, false),
+            Policy::Preferred(n) => machine.walk(cpu_node, n, order, flags, None, false),
+            Policy::Bind(mask) => machine.walk(cpu_node, cpu_node, order, flags, Some(&mask), false),
+            Policy::PreferredMany(mask) => machine
+                .walk(cpu_node, cpu_node, order, flags, Some(&mask), false)
+                .or_else(|| machine.walk(cpu_node, cpu_node, order, flags, None, false)),
+            Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
+                let mask = self.candidates(machine, cpu_node, order)?;
+                let mut il = self.il;
+                let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
+                self.il = il;
+                machine.walk(cpu_node, node, order, flags, None, true)
+            }
+        }
+    }
+
+    /// Fills `out` with order-0 frames under the policy.
+    ///
+    /// Non-interleave policies make one node bulk call (two for `PreferredMany` when its mask
+    /// runs short). Interleave policies make at most one per policy node; see the module doc
+    /// for counts and state when memory runs short.
+    pub fn alloc_bulk(&mut self, machine: &Machine<'_>, cpu_node: NodeId, flags: AllocFlags, out: &mut [Pfn]) -> BulkResult {
+        let mut r = BulkResult::default();
+        let call = |r: &mut BulkResult, preferred: NodeId, filter: Option<&NodeMask>, il: bool, out: &mut [Pfn]| {
+            r.node_calls += 1;
+            let got = machine.bulk_walk(cpu_node, preferred, flags, filter, il, out);
+            r.placed += got;
+            got
+        };
+        match self.policy {
+            Policy::Local => {
+                call(&mut r, cpu_node, None, false, out);
+            }
+            Policy::Preferred(n) => {
+                call(&mut r, n, None, false, out);
+            }
+            Policy::Bind(mask) => {
+                call(&mut r, cpu_node, Some(&mask), false, out);
+            }
+            Policy::PreferredMany(mask) => {
+                let got = call(&mut r, cpu_node, Some(&mask), false, out);
+                if got < out.len() {
+                    call(&mut r, cpu_node, None, false, &mut out[got..]);
+                }
+            }
+            Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
+                let Some(mask) = self.candidates(machine, cpu_node, Order::ZERO) else { return r };
+                let mut il = self.il;
+                let total = out.len() as u64;
+                // The plan runs under the weight lock, so one bulk sees one table throughout.
+                self.with_weights(machine, |w| {
+                    plan_bulk(&mut il, &mask, w, total, |node, count| {
+                        // `count` sums to `total` over the emits, so the slice stays in bounds.
+                        let start = r.placed;
+                        let got = call(&mut r, node, None, true, &mut out[start..start + count as usize]);
+                        debug_assert!(got <= count as usize);
+                    });
+                });
+                self.il = il;
+            }
+        }
+        r
+    }
+}
+
+/// Automatic weights from the topology's bandwidths (DESIGN.md): `floor(32·bw/Σbw)`, at
+/// least 1, divided by their gcd, over the nodes of `mask`.
+///
+/// # Errors
+/// [`PolicyError::MissingBandwidth`] if a node of the mask has no bandwidth, or the errors of
+/// [`Weights::auto`].
+pub fn auto_weights(topo: &Topology<'_>, mask: &NodeMask) -> Result<Weights, PolicyError> {
+    if let Some(bad) = mask.iter().find(|n| !topo.contains(*n)) {
+        return Err(PolicyError::UnknownNode { node: bad });
+    }
+    let mut bw = [None; crate::topology::MAX_NODES];
+    for n in topo.node_ids() {
+        bw[n.index()] = topo.info(n).bandwidth_gbps;
+    }
+    Weights::auto(&bw[..topo.len()], mask)
+}
