@@ -29,6 +29,33 @@ pub(crate) struct FreeArea {
     counts: [u64; NR_ORDERS],
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
+    /// Huge-page pools, 2 MiB then 1 GiB.
+    pools: [Pool; 2],
+}
+
+/// A huge-page pool of one size in one zone. Its pages are blocks taken from the buddy and
+/// tagged `ALLOCATED | HUGE | order`; those free in the pool also carry `POOLED` and are linked
+/// (singly, through `next`) from `head`.
+#[derive(Clone, Copy, Debug)]
+struct Pool {
+    head: u32,
+    free: u64,
+    total: u64,
+}
+
+const POOL_EMPTY: Pool = Pool {
+    head: NIL,
+    free: 0,
+    total: 0,
+};
+
+/// The pool index of a huge-page order: 9 (2 MiB) is 0, 18 (1 GiB) is 1.
+pub(crate) fn pool_index(order: Order) -> Option<usize> {
+    match order.get() {
+        9 => Some(0),
+        MAX_ORDER => Some(1),
+        _ => None,
+    }
 }
 
 impl FreeArea {
@@ -41,6 +68,7 @@ impl FreeArea {
             counts: [0; NR_ORDERS],
             free_pages: 0,
             managed_pages: 0,
+            pools: [POOL_EMPTY; 2],
         }
     }
 
@@ -222,6 +250,76 @@ impl FreeArea {
         self.push(span, pfn, order);
     }
 
+    /// Moves one block of a huge-page `order` from the buddy into the pool; `false` if the
+    /// buddy has none.
+    pub(crate) fn pool_grow(&mut self, order: Order) -> bool {
+        let Some(i) = pool_index(order) else {
+            return false;
+        };
+        let Some(pfn) = self.alloc(order, tag::HUGE | tag::POOLED) else {
+            return false;
+        };
+        self.pool_link(i, pfn);
+        self.pools[i].total += 1;
+        true
+    }
+
+    fn pool_link(&mut self, i: usize, pfn: Pfn) {
+        let span = self.span_for(pfn);
+        span.set_next(pfn, self.pools[i].head);
+        self.pools[i].head = self.idx(pfn);
+        self.pools[i].free += 1;
+    }
+
+    fn pool_pop(&mut self, i: usize) -> Option<(Span, Pfn)> {
+        let head = self.pools[i].head;
+        if head == NIL {
+            return None;
+        }
+        let pfn = self.pfn(head);
+        let span = self.span_for(pfn);
+        self.pools[i].head = span.links(pfn).0;
+        self.pools[i].free -= 1;
+        Some((span, pfn))
+    }
+
+    /// Takes a free page from the pool of `order`.
+    pub(crate) fn pool_take(&mut self, order: Order) -> Option<Pfn> {
+        let (span, pfn) = self.pool_pop(pool_index(order)?)?;
+        span.set_tag(pfn, tag::ALLOCATED | tag::HUGE | u32::from(order.get()));
+        Some(pfn)
+    }
+
+    /// Returns a pool page; on error nothing changes.
+    pub(crate) fn pool_put(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let i = pool_index(order).ok_or(FreeError::NotAllocated { pfn })?;
+        let span = self.check_allocated(pfn, order, tag::HUGE)?;
+        span.set_tag(
+            pfn,
+            tag::ALLOCATED | tag::HUGE | tag::POOLED | u32::from(order.get()),
+        );
+        self.pool_link(i, pfn);
+        Ok(())
+    }
+
+    /// Gives one free pool page of `order` back to the buddy; `false` if none is free.
+    pub(crate) fn pool_shrink(&mut self, order: Order) -> bool {
+        let Some(i) = pool_index(order) else {
+            return false;
+        };
+        let Some((span, pfn)) = self.pool_pop(i) else {
+            return false;
+        };
+        self.pools[i].total -= 1;
+        self.free_checked(&span, pfn, order);
+        true
+    }
+
+    /// `(total, free)` pages of the pool of `order`.
+    pub(crate) fn pool_counts(&self, order: Order) -> (u64, u64) {
+        pool_index(order).map_or((0, 0), |i| (self.pools[i].total, self.pools[i].free))
+    }
+
     /// Free blocks of each order (`/proc/buddyinfo`).
     pub(crate) fn buddyinfo(&self) -> [u64; NR_ORDERS] {
         self.counts
@@ -272,6 +370,28 @@ impl FreeArea {
         if pages != self.free_pages || self.free_pages > self.managed_pages {
             return Err(InvariantError::Counter { node });
         }
+        for (i, order) in [Order::HUGE_2M, Order::MAX].into_iter().enumerate() {
+            let want = tag::ALLOCATED | tag::HUGE | tag::POOLED | u32::from(order.get());
+            let mut cur = self.pools[i].head;
+            let mut n = 0;
+            while cur != NIL {
+                let pfn = self.pfn(cur);
+                let span = *self
+                    .span_of(pfn)
+                    .ok_or(InvariantError::BrokenLink { pfn })?;
+                if span.tag(pfn) != want {
+                    return Err(InvariantError::BadFreeTag { pfn, order });
+                }
+                n += 1;
+                if n > self.pools[i].free {
+                    return Err(InvariantError::BrokenLink { pfn });
+                }
+                cur = span.links(pfn).0;
+            }
+            if n != self.pools[i].free || self.pools[i].free > self.pools[i].total {
+                return Err(InvariantError::Counter { node });
+            }
+        }
         Ok(())
     }
 }
@@ -281,7 +401,7 @@ pub(crate) fn classify(found: u32, pfn: Pfn, order: Order, extra: u32) -> Result
     if found == 0 {
         return Err(FreeError::NotAllocated { pfn });
     }
-    if found & tag::FREE != 0 {
+    if found & (tag::FREE | tag::POOLED) != 0 {
         return Err(FreeError::DoubleFree { pfn });
     }
     if found & tag::HUGE != 0 && extra & tag::HUGE == 0 {

@@ -7,11 +7,12 @@ use bitflags::bitflags;
 
 use crate::addr::{Order, PAGE_SIZE, Pfn, PhysRange};
 use crate::error::{BootError, BulkFreeError, FreeError, InvariantError};
+use crate::hugetlb::cmdline::HugeSize;
+use crate::interleave::Weights;
 use crate::meta::{Span, tag};
 use crate::node::{DMA32_END, Mark, Node, ZoneKind, default_min_free_kbytes, watermarks};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
 use crate::stats::{Event, NumaStat};
-use crate::interleave::Weights;
 use crate::sync::RwLock;
 use crate::topology::{NodeId, NodeMask, Topology};
 use crate::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
@@ -429,28 +430,62 @@ impl<'a> Machine<'a> {
         self.alloc_tagged(cpu_node, preferred, order, flags, 0)
     }
 
-    pub(crate) fn alloc_tagged(&self, cpu_node: NodeId, preferred: NodeId, order: Order, flags: AllocFlags, extra: u32) -> Option<Pfn> {
+    pub(crate) fn alloc_tagged(
+        &self,
+        cpu_node: NodeId,
+        preferred: NodeId,
+        order: Order,
+        flags: AllocFlags,
+        extra: u32,
+    ) -> Option<Pfn> {
         self.walk_tagged(cpu_node, preferred, order, flags, None, false, extra)
     }
 
     /// The zonelist walk: `preferred`'s zonelist (or `preferred` alone with THISNODE),
     /// restricted to `filter`, low watermark first, then min, then (with RESERVE) below min.
-    pub(crate) fn walk(&self, cpu_node: NodeId, preferred: NodeId, order: Order, flags: AllocFlags, filter: Option<&NodeMask>, il: bool) -> Option<Pfn> {
+    pub(crate) fn walk(
+        &self,
+        cpu_node: NodeId,
+        preferred: NodeId,
+        order: Order,
+        flags: AllocFlags,
+        filter: Option<&NodeMask>,
+        il: bool,
+    ) -> Option<Pfn> {
         self.walk_tagged(cpu_node, preferred, order, flags, filter, il, 0)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn walk_tagged(&self, cpu_node: NodeId, preferred: NodeId, order: Order, flags: AllocFlags, filter: Option<&NodeMask>, il: bool, extra: u32) -> Option<Pfn> {
+    fn walk_tagged(
+        &self,
+        cpu_node: NodeId,
+        preferred: NodeId,
+        order: Order,
+        flags: AllocFlags,
+        filter: Option<&NodeMask>,
+        il: bool,
+        extra: u32,
+    ) -> Option<Pfn> {
         if !self.topo.contains(preferred) {
             return None;
         }
         let layout = self.layout.read();
         let this = [preferred];
-        let list = if flags.contains(AllocFlags::THISNODE) { &this[..] } else { layout.fallback.order(preferred) };
+        let list = if flags.contains(AllocFlags::THISNODE) {
+            &this[..]
+        } else {
+            layout.fallback.order(preferred)
+        };
         for &mark in marks(flags) {
-            for &node in list.iter().filter(|n| filter.is_none_or(|f| f.contains(**n))) {
+            for &node in list
+                .iter()
+                .filter(|n| filter.is_none_or(|f| f.contains(**n)))
+            {
                 for &kind in zones(flags) {
-                    if let Some(pfn) = self.nodes[node.index()].zone(kind).alloc(order, mark, extra) {
+                    if let Some(pfn) = self.nodes[node.index()]
+                        .zone(kind)
+                        .alloc(order, mark, extra)
+                    {
                         self.count(cpu_node, preferred, node, 1, il);
                         return Some(pfn);
                     }
@@ -473,7 +508,14 @@ impl<'a> Machine<'a> {
                 p.stats().add(Event::Foreign, n);
             }
         }
-        stats.add(if got == cpu_node { Event::Local } else { Event::Other }, n);
+        stats.add(
+            if got == cpu_node {
+                Event::Local
+            } else {
+                Event::Other
+            },
+            n,
+        );
     }
 
     /// Fills `out` with order-0 frames preferring `node`, walking its zonelist and taking each
@@ -486,27 +528,50 @@ impl<'a> Machine<'a> {
 
     /// [`Machine::alloc_bulk`] on behalf of a CPU of `cpu_node`.
     #[must_use = "the frames placed in `out` must be freed"]
-    pub fn alloc_bulk_from(&self, cpu_node: NodeId, node: NodeId, flags: AllocFlags, out: &mut [Pfn]) -> usize {
+    pub fn alloc_bulk_from(
+        &self,
+        cpu_node: NodeId,
+        node: NodeId,
+        flags: AllocFlags,
+        out: &mut [Pfn],
+    ) -> usize {
         self.bulk_walk(cpu_node, node, flags, None, false, out)
     }
 
     /// One node bulk: the zonelist walk of [`Machine::walk`] for order-0 frames, one zone lock
     /// per zone and pass.
-    pub(crate) fn bulk_walk(&self, cpu_node: NodeId, preferred: NodeId, flags: AllocFlags, filter: Option<&NodeMask>, il: bool, out: &mut [Pfn]) -> usize {
+    pub(crate) fn bulk_walk(
+        &self,
+        cpu_node: NodeId,
+        preferred: NodeId,
+        flags: AllocFlags,
+        filter: Option<&NodeMask>,
+        il: bool,
+        out: &mut [Pfn],
+    ) -> usize {
         if !self.topo.contains(preferred) {
             return 0;
         }
         let layout = self.layout.read();
         let this = [preferred];
-        let list = if flags.contains(AllocFlags::THISNODE) { &this[..] } else { layout.fallback.order(preferred) };
+        let list = if flags.contains(AllocFlags::THISNODE) {
+            &this[..]
+        } else {
+            layout.fallback.order(preferred)
+        };
         let mut done = 0;
         for &mark in marks(flags) {
-            for &n in list.iter().filter(|n| filter.is_none_or(|f| f.contains(**n))) {
+            for &n in list
+                .iter()
+                .filter(|n| filter.is_none_or(|f| f.contains(**n)))
+            {
                 for &kind in zones(flags) {
                     if done == out.len() {
                         return done;
                     }
-                    let got = self.nodes[n.index()].zone(kind).alloc_bulk(&mut out[done..], mark);
+                    let got = self.nodes[n.index()]
+                        .zone(kind)
+                        .alloc_bulk(&mut out[done..], mark);
                     if got > 0 {
                         self.count(cpu_node, preferred, n, got as u64, il);
                     }
@@ -531,6 +596,94 @@ impl<'a> Machine<'a> {
     /// Runs `f` with the weight table held (shared) so it cannot change meanwhile.
     pub(crate) fn with_weights<R>(&self, f: impl FnOnce(&Weights) -> R) -> R {
         f(&self.weights.read())
+    }
+
+    /// Reserves up to `count` huge pages of `size` on `node` alone (boot-time reservation),
+    /// from its highest zone first, keeping each zone's min watermark; each zone's lock is
+    /// taken once. Returns how many it reserved.
+    pub fn reserve_huge(&self, node: NodeId, size: HugeSize, count: u64) -> u64 {
+        let Some(n) = self.nodes.get(node.index()) else {
+            return 0;
+        };
+        let _layout = self.layout.read();
+        let mut got = 0;
+        for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
+            got += n.zone(kind).pool_grow(size.order(), count - got);
+        }
+        got
+    }
+
+    /// Gives up to `count` free huge pages of `size` on `node` back to the buddy (shrinking
+    /// the pool, like writing a smaller `nr_hugepages`). Returns how many it released.
+    pub fn release_huge(&self, node: NodeId, size: HugeSize, count: u64) -> u64 {
+        let Some(n) = self.nodes.get(node.index()) else {
+            return 0;
+        };
+        let _layout = self.layout.read();
+        let mut done = 0;
+        for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
+            done += n.zone(kind).pool_shrink(size.order(), count - done);
+        }
+        done
+    }
+
+    /// Takes a huge page of `size` from the pools, preferring `preferred` and walking its
+    /// zonelist (restricted to `filter`) the way Linux dequeues huge pages.
+    pub(crate) fn walk_pools(
+        &self,
+        cpu_node: NodeId,
+        preferred: NodeId,
+        size: HugeSize,
+        filter: Option<&NodeMask>,
+    ) -> Option<Pfn> {
+        if !self.topo.contains(preferred) {
+            return None;
+        }
+        let layout = self.layout.read();
+        for &node in layout
+            .fallback
+            .order(preferred)
+            .iter()
+            .filter(|n| filter.is_none_or(|f| f.contains(**n)))
+        {
+            for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
+                if let Some(pfn) = self.nodes[node.index()].zone(kind).pool_take(size.order()) {
+                    self.count(cpu_node, preferred, node, 1, false);
+                    return Some(pfn);
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes a huge page of `size` from the pools, preferring `node`, on behalf of a CPU of
+    /// `node`. `None` when every pool on its zonelist is empty.
+    #[must_use = "dropping the page leaks it"]
+    pub fn alloc_huge(&self, node: NodeId, size: HugeSize) -> Option<Pfn> {
+        self.walk_pools(node, node, size, None)
+    }
+
+    /// Returns a huge page to its pool.
+    ///
+    /// # Errors
+    /// A [`FreeError`] if `pfn` is not a huge page of `size` handed out from a pool (a small
+    /// block, a page already in its pool, a foreign frame); the state is then unchanged.
+    pub fn free_huge(&self, pfn: Pfn, size: HugeSize) -> Result<(), FreeError> {
+        let layout = self.layout.read();
+        let s = layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
+        let zone = self.nodes[s.node.index()].zone(ZoneKind::ALL[s.zone as usize]);
+        zone.inner.lock().area.pool_put(pfn, size.order())
+    }
+
+    /// `(total, free)` huge pages of `size` in `node`'s pool
+    /// (`/sys/devices/system/node/nodeN/hugepages/hugepages-SIZE/{nr,free}_hugepages`).
+    pub fn huge_counts(&self, node: NodeId, size: HugeSize) -> (u64, u64) {
+        self.nodes.get(node.index()).map_or((0, 0), |n| {
+            ZoneKind::ALL.iter().fold((0, 0), |(t, f), k| {
+                let (zt, zf) = n.zone(*k).pool_counts(size.order());
+                (t + zt, f + zf)
+            })
+        })
     }
 
     /// Frees a block allocated with `order`.
@@ -662,6 +815,7 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
+    use crate::hugetlb::cmdline::HugeSize;
     use crate::test_util::{SparseMem, Spec, for_many_machines};
 
     fn n(i: usize) -> NodeId {
@@ -845,6 +999,55 @@ mod tests {
         assert_eq!(m.node_of(p), Some(n(2)));
         m.free(p, Order::ZERO).unwrap();
         m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn huge_pools_reserve_hand_out_and_refuse_misuse() {
+        let spec = Spec::uniform(2, 4 * 512 + 600, 0);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let before = snapshot(&m);
+        assert_eq!(
+            m.reserve_huge(n(1), HugeSize::Size2M, 10),
+            4,
+            "node 1 holds four aligned 2 MiB blocks"
+        );
+        assert_eq!(m.huge_counts(n(1), HugeSize::Size2M), (4, 4));
+        assert_eq!(m.reserve_huge(n(0), HugeSize::Size1G, 1), 0);
+        m.check_invariants().unwrap();
+        let p = m.alloc_huge(n(1), HugeSize::Size2M).unwrap();
+        assert_eq!(m.node_of(p), Some(n(1)));
+        assert_eq!(m.huge_counts(n(1), HugeSize::Size2M), (4, 3));
+        assert_eq!(
+            m.free(p, Order::HUGE_2M),
+            Err(FreeError::HugePage { pfn: p })
+        );
+        assert_eq!(
+            m.free_huge(Pfn(p.get() + 1), HugeSize::Size2M),
+            Err(FreeError::Misaligned {
+                pfn: Pfn(p.get() + 1),
+                order: Order::HUGE_2M
+            })
+        );
+        m.free_huge(p, HugeSize::Size2M).unwrap();
+        assert_eq!(
+            m.free_huge(p, HugeSize::Size2M),
+            Err(FreeError::DoubleFree { pfn: p })
+        );
+        let small = m.alloc(n(0), Order::HUGE_2M, AllocFlags::empty()).unwrap();
+        assert_eq!(
+            m.free_huge(small, HugeSize::Size2M),
+            Err(FreeError::NotAllocated { pfn: small })
+        );
+        m.free(small, Order::HUGE_2M).unwrap();
+        m.check_invariants().unwrap();
+        // Node 0's pool is empty: the walk falls back to node 1's pool.
+        let q = m.alloc_huge(n(0), HugeSize::Size2M).unwrap();
+        assert_eq!(m.node_of(q), Some(n(1)));
+        m.free_huge(q, HugeSize::Size2M).unwrap();
+        assert_eq!(m.release_huge(n(1), HugeSize::Size2M, 99), 4);
+        m.check_invariants().unwrap();
+        assert_eq!(snapshot(&m), before, "released pages merge back");
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub(crate) mod tag {
     pub(crate) const CACHED: u32 = 1 << 11;
     /// The allocated frame is claimed by a bulk free in progress.
     pub(crate) const CLAIMED: u32 = 1 << 12;
+    /// The huge page is free in its pool (linked through `next`).
+    pub(crate) const POOLED: u32 = 1 << 13;
 }
 
 /// Size of one entry: 12 bytes per 4 KiB frame, 0.29% of memory.

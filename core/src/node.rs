@@ -113,6 +113,37 @@ impl Zone {
         z.area.alloc_bulk(&mut out[..n])
     }
 
+    /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping
+    /// the min watermark, under one lock. Returns how many it moved.
+    pub(crate) fn pool_grow(&self, order: Order, count: u64) -> u64 {
+        let mut z = self.inner.lock();
+        let mut n = 0;
+        while n < count && z.headroom(Mark::Min) >= order.frames() && z.area.pool_grow(order) {
+            n += 1;
+        }
+        n
+    }
+
+    /// Gives up to `count` free pool pages of `order` back to the buddy; returns how many.
+    pub(crate) fn pool_shrink(&self, order: Order, count: u64) -> u64 {
+        let mut z = self.inner.lock();
+        let mut n = 0;
+        while n < count && z.area.pool_shrink(order) {
+            n += 1;
+        }
+        n
+    }
+
+    /// A free page from the pool of `order`.
+    pub(crate) fn pool_take(&self, order: Order) -> Option<Pfn> {
+        self.inner.lock().area.pool_take(order)
+    }
+
+    /// `(total, free)` pages of the pool of `order`.
+    pub fn pool_counts(&self, order: Order) -> (u64, u64) {
+        self.inner.lock().area.pool_counts(order)
+    }
+
     /// Frees one block (checked); on error nothing changes.
     pub(crate) fn free(&self, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
         self.inner.lock().area.free(pfn, order, extra)
@@ -164,7 +195,9 @@ impl Node {
     }
     /// `true` if some zone could hand out a block of `order` above its min watermark.
     pub fn can_serve(&self, order: Order) -> bool {
-        self.zones.iter().any(|z| z.inner.lock().headroom(Mark::Min) >= order.frames())
+        self.zones
+            .iter()
+            .any(|z| z.inner.lock().headroom(Mark::Min) >= order.frames())
     }
     /// Managed pages over both zones.
     pub fn managed_pages(&self) -> u64 {

@@ -6,7 +6,7 @@
 //!
 //! # Bulk allocation and the interleave state
 //! A weighted-interleave bulk of `N` pages is planned with
-//! [`plan_bulk`](crate::interleave::plan_bulk): per-node counts and a final state identical to
+//! [`plan_bulk`]: per-node counts and a final state identical to
 //! `N` single-page calls, and at most one node bulk call per policy node, the partly consumed
 //! node included.
 //!
@@ -27,6 +27,7 @@
 
 use crate::addr::{Order, Pfn};
 use crate::error::PolicyError;
+use crate::hugetlb::cmdline::HugeSize;
 use crate::interleave::{IlState, Weights, plan_bulk};
 use crate::machine::{AllocFlags, Machine};
 use crate::topology::{NodeId, NodeMask, Topology};
@@ -54,14 +55,21 @@ impl Policy {
     fn mask(&self) -> Option<&NodeMask> {
         match self {
             Policy::Local | Policy::Preferred(_) => None,
-            Policy::PreferredMany(m) | Policy::Bind(m) | Policy::Interleave(m) | Policy::WeightedInterleave(m) => Some(m),
+            Policy::PreferredMany(m)
+            | Policy::Bind(m)
+            | Policy::Interleave(m)
+            | Policy::WeightedInterleave(m) => Some(m),
         }
     }
 }
 
 /// The package (socket) of every node, derived as the module doc says.
 fn package_of(topo: &Topology<'_>, node: NodeId) -> Option<u32> {
-    let cpu_package = |n: NodeId| topo.info(n).socket.map_or(u32::from(u16::MAX) + 1 + n.index() as u32, u32::from);
+    let cpu_package = |n: NodeId| {
+        topo.info(n)
+            .socket
+            .map_or(u32::from(u16::MAX) + 1 + n.index() as u32, u32::from)
+    };
     let info = topo.info(node);
     if info.has_cpus {
         return Some(cpu_package(node));
@@ -102,12 +110,16 @@ impl TaskPolicy {
     /// # Errors
     /// [`PolicyError::EmptyMask`] for an empty mask and [`PolicyError::UnknownNode`] for a node
     /// outside the machine.
-    pub fn new(machine: &Machine<'_>, policy: Policy, socket_aware: bool) -> Result<TaskPolicy, PolicyError> {
+    pub fn new(
+        machine: &Machine<'_>,
+        policy: Policy,
+        socket_aware: bool,
+    ) -> Result<TaskPolicy, PolicyError> {
         let topo = machine.topology();
-        if let Policy::Preferred(n) = policy {
-            if !topo.contains(n) {
-                return Err(PolicyError::UnknownNode { node: n });
-            }
+        if let Policy::Preferred(n) = policy
+            && !topo.contains(n)
+        {
+            return Err(PolicyError::UnknownNode { node: n });
         }
         if let Some(mask) = policy.mask() {
             if mask.is_empty() {
@@ -117,7 +129,12 @@ impl TaskPolicy {
                 return Err(PolicyError::UnknownNode { node: bad });
             }
         }
-        Ok(TaskPolicy { policy, socket_aware, il: IlState::new(), package: None })
+        Ok(TaskPolicy {
+            policy,
+            socket_aware,
+            il: IlState::new(),
+            package: None,
+        })
     }
 
     /// The policy.
@@ -154,7 +171,12 @@ impl TaskPolicy {
 
     /// The mask the interleave runs over: with socket awareness, the policy's nodes in the
     /// package of `cpu_node` if any of them can serve `order`, else the whole mask.
-    fn candidates(&mut self, machine: &Machine<'_>, cpu_node: NodeId, order: Order) -> Option<NodeMask> {
+    fn candidates(
+        &mut self,
+        machine: &Machine<'_>,
+        cpu_node: NodeId,
+        order: Order,
+    ) -> Option<NodeMask> {
         let mask = *self.policy.mask()?;
         if !self.socket_aware || !machine.topology().contains(cpu_node) {
             return Some(mask);
@@ -169,17 +191,27 @@ impl TaskPolicy {
                 m
             }
         };
-        let serves = local.iter().any(|n| machine.node(n).is_some_and(|node| node.can_serve(order)));
+        let serves = local
+            .iter()
+            .any(|n| machine.node(n).is_some_and(|node| node.can_serve(order)));
         Some(if serves { local } else { mask })
     }
 
     /// Allocates one block under the policy, on behalf of a CPU of `cpu_node`.
     #[must_use = "dropping the frame leaks it"]
-    pub fn alloc(&mut self, machine: &Machine<'_>, cpu_node: NodeId, order: Order, flags: AllocFlags) -> Option<Pfn> {
+    pub fn alloc(
+        &mut self,
+        machine: &Machine<'_>,
+        cpu_node: NodeId,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
         match self.policy {
             Policy::Local => machine.walk(cpu_node, cpu_node, order, flags, None, false),
             Policy::Preferred(n) => machine.walk(cpu_node, n, order, flags, None, false),
-            Policy::Bind(mask) => machine.walk(cpu_node, cpu_node, order, flags, Some(&mask), false),
+            Policy::Bind(mask) => {
+                machine.walk(cpu_node, cpu_node, order, flags, Some(&mask), false)
+            }
             Policy::PreferredMany(mask) => machine
                 .walk(cpu_node, cpu_node, order, flags, Some(&mask), false)
                 .or_else(|| machine.walk(cpu_node, cpu_node, order, flags, None, false)),
@@ -193,14 +225,51 @@ impl TaskPolicy {
         }
     }
 
+    /// Takes a huge page of `size` from the pools under the policy (Linux's
+    /// `alloc_hugetlb_folio` with a mempolicy): interleave picks the node, the others filter
+    /// the zonelist walk over the pools.
+    #[must_use = "dropping the page leaks it"]
+    pub fn alloc_huge(
+        &mut self,
+        machine: &Machine<'_>,
+        cpu_node: NodeId,
+        size: HugeSize,
+    ) -> Option<Pfn> {
+        match self.policy {
+            Policy::Local => machine.walk_pools(cpu_node, cpu_node, size, None),
+            Policy::Preferred(n) => machine.walk_pools(cpu_node, n, size, None),
+            Policy::Bind(mask) => machine.walk_pools(cpu_node, cpu_node, size, Some(&mask)),
+            Policy::PreferredMany(mask) => machine
+                .walk_pools(cpu_node, cpu_node, size, Some(&mask))
+                .or_else(|| machine.walk_pools(cpu_node, cpu_node, size, None)),
+            Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
+                let mask = self.candidates(machine, cpu_node, size.order())?;
+                let mut il = self.il;
+                let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
+                self.il = il;
+                machine.walk_pools(cpu_node, node, size, None)
+            }
+        }
+    }
+
     /// Fills `out` with order-0 frames under the policy.
     ///
     /// Non-interleave policies make one node bulk call (two for `PreferredMany` when its mask
     /// runs short). Interleave policies make at most one per policy node; see the module doc
     /// for counts and state when memory runs short.
-    pub fn alloc_bulk(&mut self, machine: &Machine<'_>, cpu_node: NodeId, flags: AllocFlags, out: &mut [Pfn]) -> BulkResult {
+    pub fn alloc_bulk(
+        &mut self,
+        machine: &Machine<'_>,
+        cpu_node: NodeId,
+        flags: AllocFlags,
+        out: &mut [Pfn],
+    ) -> BulkResult {
         let mut r = BulkResult::default();
-        let call = |r: &mut BulkResult, preferred: NodeId, filter: Option<&NodeMask>, il: bool, out: &mut [Pfn]| {
+        let call = |r: &mut BulkResult,
+                    preferred: NodeId,
+                    filter: Option<&NodeMask>,
+                    il: bool,
+                    out: &mut [Pfn]| {
             r.node_calls += 1;
             let got = machine.bulk_walk(cpu_node, preferred, flags, filter, il, out);
             r.placed += got;
@@ -223,7 +292,9 @@ impl TaskPolicy {
                 }
             }
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
-                let Some(mask) = self.candidates(machine, cpu_node, Order::ZERO) else { return r };
+                let Some(mask) = self.candidates(machine, cpu_node, Order::ZERO) else {
+                    return r;
+                };
                 let mut il = self.il;
                 let total = out.len() as u64;
                 // The plan runs under the weight lock, so one bulk sees one table throughout.
@@ -231,7 +302,13 @@ impl TaskPolicy {
                     plan_bulk(&mut il, &mask, w, total, |node, count| {
                         // `count` sums to `total` over the emits, so the slice stays in bounds.
                         let start = r.placed;
-                        let got = call(&mut r, node, None, true, &mut out[start..start + count as usize]);
+                        let got = call(
+                            &mut r,
+                            node,
+                            None,
+                            true,
+                            &mut out[start..start + count as usize],
+                        );
                         debug_assert!(got <= count as usize);
                     });
                 });

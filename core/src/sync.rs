@@ -102,7 +102,13 @@ impl RawAtomicU32 {
     }
     /// Replaces `current` by `new` if it holds `current`.
     #[inline]
-    pub fn compare_exchange(&self, current: u32, new: u32, success: Ordering, failure: Ordering) -> Result<u32, u32> {
+    pub fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u32, u32> {
         self.0.compare_exchange(current, new, success, failure)
     }
 }
