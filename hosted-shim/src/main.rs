@@ -1,2 +1,5 @@
-//! The `numaframe` command (placeholder, being written).
-fn main() {}
+//! The `numaframe` command; everything but the exit lives in [`numaframe_hosted::cli`].
+
+fn main() {
+    std::process::exit(numaframe_hosted::cli::main());
+}
