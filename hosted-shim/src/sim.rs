@@ -1,1 +1,221 @@
-//! placeholder, being written
+//! Simulated physical memory: one anonymous `MAP_NORESERVE` mapping per node, so a 12 TiB
+//! machine costs only the pages the allocator touches, and a [`Sim`] that boots the core
+//! over it.
+//!
+//! Nodes are laid out back to back from physical address 0, node 0 first, so node 0 holds the
+//! `Dma32` zone.
+
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use numaframe::{
+    BootError, BootOptions, Machine, MemoryRange, NodeId, PAGE_SIZE, Pfn, PhysMemory, PhysRange,
+};
+
+use crate::spec::MachineSpec;
+
+/// One node's arena: `len` bytes of address space standing for physical `base..base + len`.
+#[derive(Debug)]
+struct Arena {
+    base: u64,
+    len: u64,
+    ptr: NonNull<u8>,
+}
+
+impl Arena {
+    fn new(base: u64, len: u64) -> std::io::Result<Arena> {
+        let size = usize::try_from(len).map_err(std::io::Error::other)?;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing; it
+        // aliases nothing, and MAP_NORESERVE makes untouched pages free.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| std::io::Error::other("mmap returned null"))?;
+        Ok(Arena { base, len, ptr })
+    }
+
+    fn contains(&self, start: u64, bytes: u64) -> bool {
+        start >= self.base
+            && start
+                .checked_add(bytes)
+                .is_some_and(|end| end <= self.base + self.len)
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping made in `Arena::new`, unmapped once here;
+        // every borrow of it (the machine) ended before the arena is dropped.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len as usize) };
+    }
+}
+
+/// Simulated physical memory of a whole machine.
+#[derive(Debug)]
+pub struct SimMemory {
+    arenas: Vec<Arena>,
+    mapped: Mutex<Vec<PhysRange>>,
+}
+
+// SAFETY: the arenas are plain memory owned by this value; the raw pointers are only
+// dereferenced by whoever `map` handed a range to, under that range's own rules.
+unsafe impl Send for SimMemory {}
+// SAFETY: as above; `mapped` is behind a mutex.
+unsafe impl Sync for SimMemory {}
+
+impl SimMemory {
+    /// Arenas for the given `(physical base, bytes)` ranges.
+    ///
+    /// # Errors
+    /// If the kernel refuses a mapping.
+    pub fn new(ranges: &[(u64, u64)]) -> std::io::Result<SimMemory> {
+        let arenas = ranges
+            .iter()
+            .map(|&(b, l)| Arena::new(b, l))
+            .collect::<Result<_, _>>()?;
+        Ok(SimMemory {
+            arenas,
+            mapped: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A pointer to the first byte of frame `pfn`, for the frame's owner (a test standing in for
+    /// a guest) to read or write a frame it was handed.
+    pub fn frame_ptr(&self, pfn: Pfn) -> Option<NonNull<u8>> {
+        let addr = pfn.addr().get();
+        let a = self.arenas.iter().find(|a| a.contains(addr, PAGE_SIZE))?;
+        // SAFETY: `contains` checked that the frame lies inside this arena's mapping.
+        Some(unsafe { a.ptr.add((addr - a.base) as usize) })
+    }
+
+    /// Bytes of the arenas that are resident (touched), from `mincore`.
+    pub fn resident_bytes(&self) -> u64 {
+        let page = 4096u64;
+        let mut total = 0;
+        for a in &self.arenas {
+            let mut off = 0u64;
+            let chunk = 1u64 << 30;
+            let mut vec = vec![0u8; (chunk / page) as usize];
+            while off < a.len {
+                let len = chunk.min(a.len - off);
+                // SAFETY: the range lies in the arena's mapping and `vec` holds one byte per page.
+                let rc = unsafe {
+                    libc::mincore(
+                        a.ptr.as_ptr().add(off as usize).cast(),
+                        len as usize,
+                        vec.as_mut_ptr(),
+                    )
+                };
+                if rc == 0 {
+                    total += vec[..len.div_ceil(page) as usize]
+                        .iter()
+                        .filter(|b| **b & 1 != 0)
+                        .count() as u64
+                        * page;
+                }
+                off += len;
+            }
+        }
+        total
+    }
+}
+
+// SAFETY:
+// 1. a range is mapped only if it lies inside one arena, so the pointer is valid for its
+//    bytes as long as `self` lives (arenas are unmapped only on drop), and page aligned
+//    (mmap returns page-aligned memory and ranges are whole frames);
+// 2. a range overlapping one mapped before is refused, so no two views alias; the frames the
+//    allocator hands out are never mapped through here.
+unsafe impl PhysMemory for SimMemory {
+    fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
+        let start = range.start.addr().get();
+        let a = self
+            .arenas
+            .iter()
+            .find(|a| a.contains(start, range.bytes()))?;
+        let mut mapped = self.mapped.lock().ok()?;
+        if mapped.iter().any(|m| m.overlaps(&range)) {
+            return None;
+        }
+        mapped.push(range);
+        // SAFETY: `contains` checked that the range lies inside the arena's mapping.
+        Some(unsafe { a.ptr.add((start - a.base) as usize) })
+    }
+}
+
+/// A simulated machine: the memory and the memory ranges of a [`MachineSpec`].
+#[derive(Debug)]
+pub struct Sim<'s> {
+    spec: &'s MachineSpec,
+    ranges: Vec<MemoryRange>,
+    memory: SimMemory,
+}
+
+impl<'s> Sim<'s> {
+    /// Lays the spec's nodes out back to back from address 0 and maps an arena for each.
+    ///
+    /// # Errors
+    /// If the kernel refuses a mapping, or a node's memory is not a whole number of pages.
+    pub fn new(spec: &'s MachineSpec) -> std::io::Result<Sim<'s>> {
+        let mut ranges = Vec::new();
+        let mut arenas = Vec::new();
+        let mut base = 0u64;
+        for (i, node) in spec.nodes().iter().enumerate() {
+            let bytes = node.memory_bytes;
+            if bytes == 0 {
+                continue;
+            }
+            let range =
+                PhysRange::from_bytes(numaframe::PhysAddr::new(base), bytes).ok_or_else(|| {
+                    std::io::Error::other(format!(
+                        "node {i}: memory is not a whole number of 4 KiB pages"
+                    ))
+                })?;
+            ranges.push(MemoryRange {
+                node: NodeId::new(i),
+                range,
+            });
+            arenas.push((base, bytes));
+            base += bytes;
+        }
+        Ok(Sim {
+            spec,
+            ranges,
+            memory: SimMemory::new(&arenas)?,
+        })
+    }
+
+    /// Boots the core over the simulated memory.
+    ///
+    /// # Errors
+    /// The core's [`BootError`].
+    pub fn boot(&self, opts: BootOptions) -> Result<Machine<'_>, BootError> {
+        Machine::boot(self.spec.topology(), &self.memory, &self.ranges, opts)
+    }
+
+    /// The memory ranges handed to the core.
+    pub fn ranges(&self) -> &[MemoryRange] {
+        &self.ranges
+    }
+
+    /// The simulated memory.
+    pub fn memory(&self) -> &SimMemory {
+        &self.memory
+    }
+
+    /// The spec the machine was built from.
+    pub fn spec(&self) -> &'s MachineSpec {
+        self.spec
+    }
+}
