@@ -1,0 +1,38 @@
+//! Two threads allocating and freeing on one zone.
+#![cfg(numaframe_loom)]
+
+use loom::sync::Arc;
+use numaframe::{AllocFlags, NodeId, Order};
+use numaframe_loom::{SparseMem, Tiny};
+
+#[test]
+fn alloc_free_two_threads_one_zone() {
+    loom::model(|| {
+        // loom threads need 'static data: the machine's tables and memory are leaked (a few KiB).
+        let tiny: &'static Tiny = Box::leak(Box::new(Tiny::new(1, 96, &[])));
+        let mem: &'static SparseMem = Box::leak(Box::new(SparseMem::default()));
+        let m = Arc::new(tiny.boot(mem));
+        let free_before = m.node(NodeId::new(0)).expect("node 0").free_pages();
+        let handles: Vec<_> = (0..2)
+            .map(|i| {
+                let m = m.clone();
+                loom::thread::spawn(move || {
+                    let order = Order::new(i);
+                    let p = m
+                        .alloc(NodeId::new(0), order, AllocFlags::THISNODE)
+                        .expect("memory");
+                    m.free(p, order).expect("own block");
+                    p
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("thread");
+        }
+        m.check_invariants().expect("invariants");
+        assert_eq!(
+            m.node(NodeId::new(0)).expect("node 0").free_pages(),
+            free_before
+        );
+    });
+}
