@@ -64,13 +64,15 @@ pub(crate) const ENTRY_BYTES: u64 = core::mem::size_of::<Entry>() as u64;
 
 /// A contiguous range of frames with its metadata region.
 ///
-/// Invariants: `entries` points to `range.frames()` entries, followed by one state byte per
-/// section and one per subsection, all valid for the allocator's lifetime and used only through
+/// Invariants: `entries` points to `range.frames()` entries, followed by one anchor entry per
+/// section, one per subsection, one state byte per section and one per subsection, all valid for the allocator's lifetime and used only through
 /// this type, under the owning zone's lock. Entries obey the validity rules of the module doc.
 #[derive(Clone, Copy)]
 pub(crate) struct Span {
     range: PhysRange,
     entries: NonNull<Entry>,
+    sec_anchors: NonNull<Entry>,
+    sub_anchors: NonNull<Entry>,
     sections: NonNull<u8>,
     subsections: NonNull<u8>,
 }
@@ -100,7 +102,8 @@ fn count(range: PhysRange, shift: u32) -> u64 {
 impl Span {
     /// Bytes of metadata region a span over `range` needs.
     pub(crate) fn region_bytes(range: PhysRange) -> u64 {
-        range.frames() * ENTRY_BYTES + count(range, SECTION_SHIFT) + count(range, SUBSECTION_SHIFT)
+        let (nsec, nsub) = (count(range, SECTION_SHIFT), count(range, SUBSECTION_SHIFT));
+        (range.frames() + nsec + nsub) * ENTRY_BYTES + nsec + nsub
     }
 
     /// Maps `meta` through `mem` and builds a span over `range` with it. `None` if `meta` is
@@ -131,15 +134,21 @@ impl Span {
         let entries = region.cast::<Entry>();
         let frames = range.frames() as usize;
         let nsec = count(range, SECTION_SHIFT) as usize;
-        // SAFETY: the region holds `frames` entries followed by `nsec` section bytes and the
-        // subsection bytes (caller's guarantee), so both offsets stay inside it.
-        let (sections, subsections) = unsafe {
-            let sections = region.add(frames * ENTRY_BYTES as usize);
-            (sections, sections.add(nsec))
+        let nsub = count(range, SUBSECTION_SHIFT) as usize;
+        // SAFETY: the region holds `frames + nsec + nsub` entries, then `nsec` section bytes and
+        // `nsub` subsection bytes (caller's guarantee, see `region_bytes`), so every offset stays
+        // inside it; entry tables start at multiples of 12 bytes, so they stay 4-aligned.
+        let (sec_anchors, sub_anchors, sections, subsections) = unsafe {
+            let sec_anchors = entries.add(frames);
+            let sub_anchors = sec_anchors.add(nsec);
+            let sections = sub_anchors.add(nsub).cast::<u8>();
+            (sec_anchors, sub_anchors, sections, sections.add(nsec))
         };
         let span = Span {
             range,
             entries,
+            sec_anchors,
+            sub_anchors,
             sections,
             subsections,
         };
@@ -178,13 +187,22 @@ impl Span {
         Pfn(((pfn.get() >> shift) << shift).max(self.range.start.get()))
     }
 
+    /// Where the entry of `pfn` lives: anchors sit in their own dense tables, so that boot
+    /// and huge-page reservation touch a few contiguous pages instead of one page per anchor.
     fn entry(&self, pfn: Pfn) -> *mut Entry {
         debug_assert!(self.range.contains(pfn));
-        // SAFETY: callers pass frames of the span, so the offset is below `range.frames()`.
+        // SAFETY: callers pass frames of the span; section and subsection indices of such a
+        // frame are below the table sizes, and its frame offset is below `range.frames()`.
         unsafe {
-            self.entries
-                .as_ptr()
-                .add((pfn.get() - self.range.start.get()) as usize)
+            if pfn == self.anchor_of(pfn, SECTION_SHIFT) {
+                self.sec_anchors.as_ptr().add(self.section_index(pfn))
+            } else if pfn == self.anchor_of(pfn, SUBSECTION_SHIFT) {
+                self.sub_anchors.as_ptr().add(self.subsection_index(pfn))
+            } else {
+                self.entries
+                    .as_ptr()
+                    .add((pfn.get() - self.range.start.get()) as usize)
+            }
         }
     }
 
