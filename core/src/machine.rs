@@ -308,6 +308,11 @@ impl<'a> Machine<'a> {
             ..
         } = layout;
         build_fallback(&self.topo, states, opts, scratch, fallback);
+        for node in self.nodes {
+            for order in Order::all() {
+                node.hint(order).reset();
+            }
+        }
         let total: u64 = self.nodes.iter().map(Node::managed_pages).sum();
         let min_kb = self
             .min_free_kbytes
@@ -476,16 +481,33 @@ impl<'a> Machine<'a> {
         } else {
             layout.fallback.order(preferred)
         };
+        // The hint only serves plain walks: a filter, THISNODE or DMA32 changes the list.
+        let hint = (filter.is_none()
+            && !flags.intersects(AllocFlags::THISNODE | AllocFlags::DMA32))
+        .then(|| self.nodes[preferred.index()].hint(order));
+        let start = hint.map_or(0, |h| h.begin()).min(list.len());
         for &mark in marks(flags) {
-            for &node in list
-                .iter()
-                .filter(|n| filter.is_none_or(|f| f.contains(**n)))
-            {
+            // The first pass starts past the hinted prefix, then retries that prefix; later
+            // passes walk everything.
+            let (tail, head) = if mark == Mark::Low {
+                (start, start)
+            } else {
+                (0, 0)
+            };
+            let order_of_visit = (tail..list.len()).chain(0..head);
+            for i in order_of_visit {
+                let node = list[i];
+                if filter.is_some_and(|f| !f.contains(node)) {
+                    continue;
+                }
                 for &kind in zones(flags) {
                     if let Some(pfn) = self.nodes[node.index()]
                         .zone(kind)
                         .alloc(order, mark, extra)
                     {
+                        if let (Some(h), Mark::Low) = (hint, mark) {
+                            h.record(start, i);
+                        }
                         self.count(cpu_node, preferred, node, 1, il);
                         return Some(pfn);
                     }
@@ -1048,6 +1070,56 @@ mod tests {
         assert_eq!(m.release_huge(n(1), HugeSize::Size2M, 99), 4);
         m.check_invariants().unwrap();
         assert_eq!(snapshot(&m), before, "released pages merge back");
+    }
+
+    #[test]
+    fn hint_skips_exhausted_prefix_but_never_fails_a_full_walk() {
+        let spec = Spec::uniform(4, 600, 0);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let mut row = [NodeId::default(); 4];
+        assert_eq!(m.fallback_order(n(0), &mut row), 4);
+        // Exhaust the first three nodes of node 0's list for order 0.
+        let mut held = Vec::new();
+        for &node in &row[..3] {
+            while let Some(p) = m.alloc(node, Order::ZERO, AllocFlags::THISNODE) {
+                held.push(p);
+            }
+        }
+        let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        assert_eq!(m.node_of(p), Some(row[3]));
+        let start = m.node(n(0)).unwrap().hint(Order::ZERO).begin();
+        assert_eq!(start, 3, "the hint skips the exhausted prefix");
+        // Memory returns to the nearest node: within HINT_BUDGET allocations the walk finds it.
+        let back = held
+            .iter()
+            .position(|p| m.node_of(*p) == Some(row[0]))
+            .unwrap();
+        m.free(held.swap_remove(back), Order::ZERO).unwrap();
+        let mut steps = 0;
+        loop {
+            let q = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+            steps += 1;
+            if m.node_of(q) == Some(row[0]) {
+                break;
+            }
+            held.push(q);
+            assert!(
+                steps <= crate::node::HINT_BUDGET,
+                "a nearer zone was skipped for {steps} allocations"
+            );
+        }
+        // Exhaust the last node too: a hinted walk must still find memory in the prefix.
+        while let Some(q) = m.alloc(row[3], Order::ZERO, AllocFlags::THISNODE) {
+            held.push(q);
+        }
+        m.free(held.swap_remove(0), Order::ZERO).unwrap();
+        assert!(
+            m.alloc(n(0), Order::ZERO, AllocFlags::empty()).is_some(),
+            "the hint never makes a walk fail"
+        );
+        // Hints are per order: an order-5 failure leaves the order-0 hint alone.
+        assert!(m.alloc(n(0), Order::new(5), AllocFlags::empty()).is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::addr::{NR_ORDERS, Order, Pfn};
 use crate::buddy::FreeArea;
 use crate::error::{FreeError, InvariantError};
 use crate::stats::NumaStats;
-use crate::sync::Mutex;
+use crate::sync::{AtomicU32, Mutex, Ordering};
 use crate::topology::NodeId;
 
 /// First frame above the `Dma32` zone (4 GiB).
@@ -167,6 +167,60 @@ pub struct Node {
     id: NodeId,
     zones: [Zone; 2],
     stats: NumaStats,
+    /// Per order: where the first pass of a walk of this node's zonelist may start.
+    hints: [ZonelistHint; NR_ORDERS],
+}
+
+/// How many allocations a hint may skip for before a full walk revalidates it: the bound on how
+/// long a nearer zone that got memory back can be passed over.
+pub const HINT_BUDGET: u32 = 256;
+
+/// A hint past the exhausted prefix of one zonelist for one order, in the spirit of Linux's
+/// 2006 "last zone used" cache for `numa=fake` (which Linux dropped in 2015, partly because a
+/// failed high-order allocation marked zones full for order 0: these hints are kept per order).
+///
+/// It packs `(skip, budget)`: the first pass of a walk starts at entry `skip` while `budget`
+/// lasts; at zero budget the walk is full and sets a fresh hint. A walk that fails from `skip`
+/// retries the skipped prefix before anything else, so a hint never makes an allocation fail
+/// that a full walk would satisfy. Relaxed atomics: a stale hint costs time, never correctness.
+#[derive(Debug, Default)]
+pub(crate) struct ZonelistHint(AtomicU32);
+
+impl ZonelistHint {
+    /// The entry to start the first pass at (counting this allocation against the budget).
+    pub(crate) fn begin(&self) -> usize {
+        // Relaxed: see the type's comment.
+        let v = self.0.load(Ordering::Relaxed);
+        let (skip, budget) = (v >> 16, v & 0xffff);
+        if budget == 0 {
+            return 0;
+        }
+        self.0.store(skip << 16 | (budget - 1), Ordering::Relaxed);
+        skip as usize
+    }
+
+    /// Records that a first pass which started at entry `start` succeeded at entry `at`. A full
+    /// walk (`start == 0`) or a hint that moved sets a fresh budget; a hinted walk that
+    /// succeeded where the hint said stores nothing, so the budget runs down.
+    pub(crate) fn record(&self, start: usize, at: usize) {
+        if start != 0 && at == start {
+            return;
+        }
+        let want = if at == 0 {
+            0
+        } else {
+            (at.min(0xffff) as u32) << 16 | HINT_BUDGET
+        };
+        // Relaxed: see the type's comment. Skipping equal stores keeps the line shared.
+        if self.0.load(Ordering::Relaxed) != want {
+            self.0.store(want, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets the hint (the zonelist changed).
+    pub(crate) fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
 }
 
 impl Node {
@@ -175,7 +229,12 @@ impl Node {
             id,
             zones: [Zone::new(ZoneKind::Dma32), Zone::new(ZoneKind::Normal)],
             stats: NumaStats::new(),
+            hints: core::array::from_fn(|_| ZonelistHint::default()),
         }
+    }
+    /// The zonelist hint of this node's list for `order`.
+    pub(crate) fn hint(&self, order: Order) -> &ZonelistHint {
+        &self.hints[order.index()]
     }
     /// The node's id.
     pub fn id(&self) -> NodeId {
