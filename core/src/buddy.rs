@@ -7,11 +7,8 @@
 
 use crate::addr::{MAX_ORDER, NR_ORDERS, Order, Pfn, PhysRange};
 use crate::error::{FreeError, InvariantError};
-use crate::meta::{NIL, Span, tag};
+use crate::meta::{MAX_SPANS_PER_ZONE, NIL, Span, SpanList, tag};
 use crate::topology::NodeId;
-
-/// Most spans (boot ranges plus hot-added ranges) one zone can hold.
-pub const MAX_SPANS_PER_ZONE: usize = 8;
 
 /// The free lists and counters of one zone.
 ///
@@ -24,7 +21,6 @@ pub const MAX_SPANS_PER_ZONE: usize = 8;
 #[derive(Debug)]
 pub(crate) struct FreeArea {
     base: u64,
-    spans: heapless::Vec<Span, MAX_SPANS_PER_ZONE>,
     heads: [u32; NR_ORDERS],
     counts: [u64; NR_ORDERS],
     pub(crate) free_pages: u64,
@@ -63,7 +59,6 @@ impl FreeArea {
     pub(crate) const fn new() -> Self {
         Self {
             base: 0,
-            spans: heapless::Vec::new(),
             heads: [NIL; NR_ORDERS],
             counts: [0; NR_ORDERS],
             free_pages: 0,
@@ -74,25 +69,27 @@ impl FreeArea {
 
     /// `true` if `range` can join this zone: room for another span, and zone-relative indices
     /// still fit in 32 bits.
-    pub(crate) fn can_add(&self, range: PhysRange) -> bool {
-        let base = if self.spans.is_empty() {
+    pub(crate) fn can_add(&self, sp: &SpanList, range: PhysRange) -> bool {
+        let base = if sp.len() == 0 {
             range.start.get() & !((1 << MAX_ORDER) - 1)
         } else {
             self.base
         };
-        !self.spans.is_full()
+        sp.len() < MAX_SPANS_PER_ZONE
             && range.start.get() >= base
             && range.end.get() - base < u64::from(NIL)
     }
 
     /// Adds a span and frees all its frames as maximal aligned blocks: O(blocks).
     /// The caller has checked [`FreeArea::can_add`].
-    pub(crate) fn add_span(&mut self, span: Span) {
-        if self.spans.is_empty() {
+    pub(crate) fn add_span(&mut self, sp: &SpanList, span: Span) {
+        if sp.len() == 0 {
             self.base = span.range().start.get() & !((1 << MAX_ORDER) - 1);
         }
         let range = span.range();
-        let _ = self.spans.push(span);
+        if !sp.push(span) {
+            return;
+        }
         self.managed_pages += range.frames();
         let mut pfn = range.start.get();
         while pfn < range.end.get() {
@@ -103,14 +100,9 @@ impl FreeArea {
             };
             let fit = (63 - (range.end.get() - pfn).leading_zeros()) as u8;
             let order = Order::new(align.min(fit));
-            self.push(&span, Pfn(pfn), order);
+            self.push(sp, &span, Pfn(pfn), order);
             pfn += order.frames();
         }
-    }
-
-    /// The span holding `pfn`.
-    pub(crate) fn span_of(&self, pfn: Pfn) -> Option<&Span> {
-        self.spans.iter().find(|s| s.range().contains(pfn))
     }
 
     fn idx(&self, pfn: Pfn) -> u32 {
@@ -121,13 +113,7 @@ impl FreeArea {
         Pfn(self.base + u64::from(idx))
     }
 
-    fn span_for(&self, pfn: Pfn) -> Span {
-        *self
-            .span_of(pfn)
-            .expect("free-list block outside every span")
-    }
-
-    fn push(&mut self, span: &Span, pfn: Pfn, order: Order) {
+    fn push(&mut self, sp: &SpanList, span: &Span, pfn: Pfn, order: Order) {
         let k = order.index();
         let head = self.heads[k];
         span.set_tag(pfn, tag::FREE | u32::from(order.get()));
@@ -135,7 +121,7 @@ impl FreeArea {
         span.set_prev(pfn, NIL);
         if head != NIL {
             let h = self.pfn(head);
-            self.span_for(h).set_prev(h, self.idx(pfn));
+            span_for(sp, h).set_prev(h, self.idx(pfn));
         }
         self.heads[k] = self.idx(pfn);
         self.counts[k] += 1;
@@ -143,17 +129,17 @@ impl FreeArea {
     }
 
     /// Unlinks a free block and clears its tag.
-    fn unlink(&mut self, span: &Span, pfn: Pfn, order: Order) {
+    fn unlink(&mut self, sp: &SpanList, span: &Span, pfn: Pfn, order: Order) {
         let (next, prev) = span.links(pfn);
         if prev == NIL {
             self.heads[order.index()] = next;
         } else {
             let p = self.pfn(prev);
-            self.span_for(p).set_next(p, next);
+            span_for(sp, p).set_next(p, next);
         }
         if next != NIL {
             let n = self.pfn(next);
-            self.span_for(n).set_prev(n, prev);
+            span_for(sp, n).set_prev(n, prev);
         }
         span.set_tag(pfn, 0);
         self.counts[order.index()] -= 1;
@@ -161,21 +147,21 @@ impl FreeArea {
     }
 
     /// Takes the first block of the smallest non-empty list of order `>= order`.
-    fn take(&mut self, order: Order) -> Option<(Span, Pfn, Order)> {
+    fn take(&mut self, sp: &SpanList, order: Order) -> Option<(Span, Pfn, Order)> {
         let k = (order.index()..NR_ORDERS).find(|&k| self.heads[k] != NIL)?;
         let pfn = self.pfn(self.heads[k]);
-        let span = self.span_for(pfn);
+        let span = span_for(sp, pfn);
         let got = Order::new(k as u8);
-        self.unlink(&span, pfn, got);
+        self.unlink(sp, &span, pfn, got);
         Some((span, pfn, got))
     }
 
     /// Allocates one block of `order`, marking it with `extra` tag bits beside `ALLOCATED`.
-    pub(crate) fn alloc(&mut self, order: Order, extra: u32) -> Option<Pfn> {
-        let (span, pfn, mut got) = self.take(order)?;
+    pub(crate) fn alloc(&mut self, sp: &SpanList, order: Order, extra: u32) -> Option<Pfn> {
+        let (span, pfn, mut got) = self.take(sp, order)?;
         while got > order {
             got = Order::new(got.get() - 1);
-            self.push(&span, Pfn(pfn.get() + got.frames()), got);
+            self.push(sp, &span, Pfn(pfn.get() + got.frames()), got);
         }
         span.set_tag(pfn, tag::ALLOCATED | extra | u32::from(order.get()));
         Some(pfn)
@@ -183,21 +169,21 @@ impl FreeArea {
 
     /// Fills `out` with order-0 frames; returns how many it placed. Whole blocks that fit in
     /// what is left are handed out frame by frame without being split level by level.
-    pub(crate) fn alloc_bulk(&mut self, out: &mut [Pfn]) -> usize {
+    pub(crate) fn alloc_bulk(&mut self, sp: &SpanList, out: &mut [Pfn], extra: u32) -> usize {
         let mut n = 0;
         while n < out.len() {
-            let Some((span, pfn, got)) = self.take(Order::ZERO) else {
+            let Some((span, pfn, got)) = self.take(sp, Order::ZERO) else {
                 break;
             };
             let want = (out.len() - n) as u64;
             let mut order = got;
             while order.frames() > want {
                 order = Order::new(order.get() - 1);
-                self.push(&span, Pfn(pfn.get() + order.frames()), order);
+                self.push(sp, &span, Pfn(pfn.get() + order.frames()), order);
             }
             for i in 0..order.frames() {
                 let f = Pfn(pfn.get() + i);
-                span.set_tag(f, tag::ALLOCATED);
+                span.set_tag(f, tag::ALLOCATED | extra);
                 out[n] = f;
                 n += 1;
             }
@@ -209,11 +195,12 @@ impl FreeArea {
     /// the `extra` bits; returns its span. Changes nothing.
     pub(crate) fn check_allocated(
         &self,
+        sp: &SpanList,
         pfn: Pfn,
         order: Order,
         extra: u32,
     ) -> Result<Span, FreeError> {
-        let span = *self.span_of(pfn).ok_or(FreeError::Foreign { pfn })?;
+        let span = sp.find(pfn).ok_or(FreeError::Foreign { pfn })?;
         if !pfn.is_aligned(order) {
             return Err(FreeError::Misaligned { pfn, order });
         }
@@ -225,93 +212,112 @@ impl FreeArea {
     }
 
     /// Frees a block that [`FreeArea::check_allocated`] accepted, merging it with free buddies.
-    pub(crate) fn free_checked(&mut self, span: &Span, pfn: Pfn, order: Order) {
+    pub(crate) fn free_checked(&mut self, sp: &SpanList, span: &Span, pfn: Pfn, order: Order) {
         span.set_tag(pfn, 0);
-        self.merge_in(span, pfn, order);
+        self.merge_in(sp, span, pfn, order);
     }
 
     /// Checks and frees one block; on error nothing changes.
-    pub(crate) fn free(&mut self, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
-        let span = self.check_allocated(pfn, order, extra)?;
-        self.free_checked(&span, pfn, order);
+    pub(crate) fn free(
+        &mut self,
+        sp: &SpanList,
+        pfn: Pfn,
+        order: Order,
+        extra: u32,
+    ) -> Result<(), FreeError> {
+        let span = self.check_allocated(sp, pfn, order, extra)?;
+        // A per-CPU free may race on the same frame without this lock: whoever swaps the tag
+        // owns the free, the other sees the misuse.
+        let held = tag::ALLOCATED | extra | u32::from(order.get());
+        if let Err(found) = span.swap_tag(pfn, held, 0) {
+            return Err(classify(found, pfn, order, extra)
+                .err()
+                .unwrap_or(FreeError::NotAllocated { pfn }));
+        }
+        self.merge_in(sp, &span, pfn, order);
         Ok(())
     }
 
-    fn merge_in(&mut self, span: &Span, mut pfn: Pfn, mut order: Order) {
+    fn merge_in(&mut self, sp: &SpanList, span: &Span, mut pfn: Pfn, mut order: Order) {
         while order.get() < MAX_ORDER {
             let buddy = Pfn(pfn.get() ^ order.frames());
             if !span.holds(buddy, order) || span.tag(buddy) != tag::FREE | u32::from(order.get()) {
                 break;
             }
-            self.unlink(span, buddy, order);
+            self.unlink(sp, span, buddy, order);
             pfn = Pfn(pfn.get() & !order.frames());
             order = Order::new(order.get() + 1);
         }
-        self.push(span, pfn, order);
+        self.push(sp, span, pfn, order);
     }
 
     /// Moves one block of a huge-page `order` from the buddy into the pool; `false` if the
     /// buddy has none.
-    pub(crate) fn pool_grow(&mut self, order: Order) -> bool {
+    pub(crate) fn pool_grow(&mut self, sp: &SpanList, order: Order) -> bool {
         let Some(i) = pool_index(order) else {
             return false;
         };
-        let Some(pfn) = self.alloc(order, tag::HUGE | tag::POOLED) else {
+        let Some(pfn) = self.alloc(sp, order, tag::HUGE | tag::POOLED) else {
             return false;
         };
-        self.pool_link(i, pfn);
+        self.pool_link(sp, i, pfn);
         self.pools[i].total += 1;
         true
     }
 
-    fn pool_link(&mut self, i: usize, pfn: Pfn) {
-        let span = self.span_for(pfn);
+    fn pool_link(&mut self, sp: &SpanList, i: usize, pfn: Pfn) {
+        let span = span_for(sp, pfn);
         span.set_next(pfn, self.pools[i].head);
         self.pools[i].head = self.idx(pfn);
         self.pools[i].free += 1;
     }
 
-    fn pool_pop(&mut self, i: usize) -> Option<(Span, Pfn)> {
+    fn pool_pop(&mut self, sp: &SpanList, i: usize) -> Option<(Span, Pfn)> {
         let head = self.pools[i].head;
         if head == NIL {
             return None;
         }
         let pfn = self.pfn(head);
-        let span = self.span_for(pfn);
+        let span = span_for(sp, pfn);
         self.pools[i].head = span.links(pfn).0;
         self.pools[i].free -= 1;
         Some((span, pfn))
     }
 
     /// Takes a free page from the pool of `order`.
-    pub(crate) fn pool_take(&mut self, order: Order) -> Option<Pfn> {
-        let (span, pfn) = self.pool_pop(pool_index(order)?)?;
+    pub(crate) fn pool_take(&mut self, sp: &SpanList, order: Order) -> Option<Pfn> {
+        let (span, pfn) = self.pool_pop(sp, pool_index(order)?)?;
         span.set_tag(pfn, tag::ALLOCATED | tag::HUGE | u32::from(order.get()));
         Some(pfn)
     }
 
     /// Returns a pool page; on error nothing changes.
-    pub(crate) fn pool_put(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+    pub(crate) fn pool_put(
+        &mut self,
+        sp: &SpanList,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
         let i = pool_index(order).ok_or(FreeError::NotAllocated { pfn })?;
-        let span = self.check_allocated(pfn, order, tag::HUGE)?;
+        let span = self.check_allocated(sp, pfn, order, tag::HUGE)?;
         span.set_tag(
             pfn,
             tag::ALLOCATED | tag::HUGE | tag::POOLED | u32::from(order.get()),
         );
-        self.pool_link(i, pfn);
+        self.pool_link(sp, i, pfn);
         Ok(())
     }
 
     /// Gives one free pool page of `order` back to the buddy; `false` if none is free.
-    pub(crate) fn pool_shrink(&mut self, order: Order) -> bool {
+    pub(crate) fn pool_shrink(&mut self, sp: &SpanList, order: Order) -> bool {
         let Some(i) = pool_index(order) else {
             return false;
         };
-        let Some((span, pfn)) = self.pool_pop(i) else {
+        let Some((span, pfn)) = self.pool_pop(sp, i) else {
             return false;
         };
         self.pools[i].total -= 1;
-        self.free_checked(&span, pfn, order);
+        self.free_checked(sp, &span, pfn, order);
         true
     }
 
@@ -326,7 +332,7 @@ impl FreeArea {
     }
 
     /// Walks every list and counter; see the invariants on [`FreeArea`].
-    pub(crate) fn check(&self, node: NodeId) -> Result<(), InvariantError> {
+    pub(crate) fn check(&self, sp: &SpanList, node: NodeId) -> Result<(), InvariantError> {
         let mut pages = 0u64;
         for order in Order::all() {
             let k = order.index();
@@ -335,9 +341,7 @@ impl FreeArea {
             let mut n = 0u64;
             while cur != NIL {
                 let pfn = self.pfn(cur);
-                let span = *self
-                    .span_of(pfn)
-                    .ok_or(InvariantError::BrokenLink { pfn })?;
+                let span = sp.find(pfn).ok_or(InvariantError::BrokenLink { pfn })?;
                 if !pfn.is_aligned(order)
                     || !span.holds(pfn, order)
                     || span.tag(pfn) != tag::FREE | u32::from(order.get())
@@ -376,9 +380,7 @@ impl FreeArea {
             let mut n = 0;
             while cur != NIL {
                 let pfn = self.pfn(cur);
-                let span = *self
-                    .span_of(pfn)
-                    .ok_or(InvariantError::BrokenLink { pfn })?;
+                let span = sp.find(pfn).ok_or(InvariantError::BrokenLink { pfn })?;
                 if span.tag(pfn) != want {
                     return Err(InvariantError::BadFreeTag { pfn, order });
                 }
@@ -394,6 +396,11 @@ impl FreeArea {
         }
         Ok(())
     }
+}
+
+/// The span of a block on one of this zone's lists: it exists, or the lists are corrupt.
+fn span_for(sp: &SpanList, pfn: Pfn) -> Span {
+    sp.find(pfn).expect("free-list block outside every span")
 }
 
 /// Maps the tag found at `pfn` to the free error it means, if any.

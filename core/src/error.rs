@@ -194,6 +194,11 @@ pub enum FreeError {
         /// The frame.
         pfn: Pfn,
     },
+    /// The CPU was not registered at boot.
+    UnknownCpu {
+        /// The CPU index.
+        cpu: u32,
+    },
 }
 
 impl_error!(
@@ -218,6 +223,7 @@ impl_error!(
         }
         FreeError::HugePage { pfn } => write!(f, "pfn {pfn} is a pool huge page; use free_huge"),
         FreeError::Duplicate { pfn } => write!(f, "pfn {pfn} appears twice in one bulk free"),
+        FreeError::UnknownCpu { cpu } => write!(f, "cpu {cpu} was not registered at boot"),
     }
 );
 

@@ -6,14 +6,16 @@ use core::mem::size_of;
 use bitflags::bitflags;
 
 use crate::addr::{Order, PAGE_SIZE, Pfn, PhysRange};
+use crate::buddy::classify;
 use crate::error::{BootError, BulkFreeError, FreeError, InvariantError};
 use crate::hugetlb::cmdline::HugeSize;
 use crate::interleave::Weights;
 use crate::meta::{Span, tag};
-use crate::node::{DMA32_END, Mark, Node, ZoneKind, default_min_free_kbytes, watermarks};
+use crate::node::{DMA32_END, Mark, Node, Zone, ZoneKind, default_min_free_kbytes, watermarks};
+use crate::percpu::{LastSpan, PcpConfig, PcpList, PerCpu};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
 use crate::stats::{Event, NumaStat};
-use crate::sync::RwLock;
+use crate::sync::{AtomicU32, RwLock};
 use crate::topology::{NodeId, NodeMask, Topology};
 use crate::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
 
@@ -32,7 +34,11 @@ bitflags! {
 
 /// Boot settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BootOptions {
+pub struct BootOptions<'c> {
+    /// The node of each CPU, by CPU index: each gets a page cache ([`crate::percpu`]).
+    pub cpus: &'c [NodeId],
+    /// Page-cache tuning.
+    pub pcp: PcpConfig,
     /// How fallback orders are built.
     pub fallback: FallbackOptions,
     /// Memory kept free below the min watermark, machine-wide, in KiB; `None` takes Linux's
@@ -42,9 +48,11 @@ pub struct BootOptions {
     pub hotplug_slots: usize,
 }
 
-impl Default for BootOptions {
+impl Default for BootOptions<'_> {
     fn default() -> Self {
         Self {
+            cpus: &[],
+            pcp: PcpConfig::default(),
             fallback: FallbackOptions::default(),
             min_free_kbytes: None,
             hotplug_slots: 16,
@@ -108,11 +116,14 @@ impl Layout<'_> {
 /// A booted NUMA machine: the allocator.
 #[derive(Debug)]
 pub struct Machine<'a> {
-    topo: Topology<'a>,
-    nodes: &'a [Node],
+    pub(crate) topo: Topology<'a>,
+    pub(crate) nodes: &'a [Node],
     layout: RwLock<Layout<'a>>,
     weights: RwLock<Weights>,
     min_free_kbytes: Option<u64>,
+    pub(crate) cpus: &'a [PerCpu<'a>],
+    pub(crate) pcp_batch: AtomicU32,
+    pub(crate) pcp_high: AtomicU32,
 }
 
 /// One zone's share of a memory range: the frames to manage and the metadata carved from its end.
@@ -185,8 +196,11 @@ impl<'a> Machine<'a> {
         topo: Topology<'a>,
         mem: &'a M,
         ranges: &[MemoryRange],
-        opts: BootOptions,
+        opts: BootOptions<'_>,
     ) -> Result<Self, BootError> {
+        if let Some(bad) = opts.cpus.iter().find(|n| !topo.contains(**n)) {
+            return Err(BootError::UnknownNode { node: *bad });
+        }
         for (i, r) in ranges.iter().enumerate() {
             validate_range(&topo, r)?;
             if ranges[..i].iter().any(|o| o.range.overlaps(&r.range)) {
@@ -212,8 +226,11 @@ impl<'a> Machine<'a> {
         let table_bytes = n * size_of::<Node>()
             + n * n * size_of::<NodeId>()
             + n * (2 + 4 + 8)
-            + cap * size_of::<SpanRef>();
-        let table_frames = pages_for(table_bytes, 6);
+            + cap * size_of::<SpanRef>()
+            + opts.cpus.len()
+                * (size_of::<PerCpu<'_>>()
+                    + n * (2 * size_of::<PcpList>() + size_of::<[u64; 6]>()));
+        let table_frames = pages_for(table_bytes, 7 + 2 * opts.cpus.len());
 
         // The machine-wide tables come off the end of the first piece with room for them.
         let mut host = None;
@@ -237,6 +254,25 @@ impl<'a> Machine<'a> {
         let load = carve.slice(n, |_| 0u32).ok_or(oom)?;
         let keys = carve.slice(n, |_| 0u64).ok_or(oom)?;
         let index = carve.slice(cap, |_| SpanRef::default()).ok_or(oom)?;
+        let ncpu = opts.cpus.len();
+        let mut lists = carve
+            .slice(ncpu * n * 2, |_| PcpList::EMPTY)
+            .ok_or(oom)?
+            .chunks_exact_mut(n * 2);
+        let mut events = carve
+            .slice(ncpu * n, |_| [0u64; 6])
+            .ok_or(oom)?
+            .chunks_exact_mut(n);
+        let cpus = carve
+            .slice(ncpu, |i| {
+                // Both iterators hold exactly `ncpu` chunks.
+                let (l, e) = (
+                    lists.next().unwrap_or_default(),
+                    events.next().unwrap_or_default(),
+                );
+                PerCpu::new(opts.cpus[i], l, e)
+            })
+            .ok_or(oom)?;
         let fallback = FallbackTable::new(n, ids, lens).ok_or(oom)?;
         let states = NodeStates {
             memory: NodeMask::EMPTY,
@@ -255,6 +291,9 @@ impl<'a> Machine<'a> {
             layout: RwLock::new(layout),
             weights: RwLock::new(Weights::default()),
             min_free_kbytes: opts.min_free_kbytes,
+            cpus,
+            pcp_batch: AtomicU32::new(opts.pcp.clamped().batch),
+            pcp_high: AtomicU32::new(opts.pcp.clamped().high),
         };
         {
             let mut layout = machine.layout.write();
@@ -279,7 +318,7 @@ impl<'a> Machine<'a> {
     ) -> Result<(), BootError> {
         let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start));
         let mut inner = zone.inner.lock();
-        if !inner.area.can_add(p.usable) || p.usable.is_empty() {
+        if !inner.area.can_add(&zone.spans, p.usable) || p.usable.is_empty() {
             return Err(BootError::BadRange {
                 start: p.usable.start,
             });
@@ -290,7 +329,7 @@ impl<'a> Machine<'a> {
         let span = Span::map(mem, p.usable, p.meta).ok_or(BootError::MapFailed {
             start: p.meta.start,
         })?;
-        inner.area.add_span(span);
+        inner.area.add_span(&zone.spans, span);
         layout.insert(SpanRef {
             range: p.usable,
             node: p.node,
@@ -345,11 +384,8 @@ impl<'a> Machine<'a> {
         }
         let mut need = 0;
         pieces(node, range, |p| {
-            let z = self.nodes[node.index()]
-                .zone(ZoneKind::of(p.usable.start))
-                .inner
-                .lock();
-            if !z.area.can_add(p.usable) {
+            let zone = self.nodes[node.index()].zone(ZoneKind::of(p.usable.start));
+            if !zone.inner.lock().area.can_add(&zone.spans, p.usable) {
                 return Err(BootError::BadRange {
                     start: p.usable.start,
                 });
@@ -410,7 +446,19 @@ impl<'a> Machine<'a> {
 
     /// numastat counters of `node`.
     pub fn numastat(&self, node: NodeId) -> Option<NumaStat> {
-        self.node(node).map(|n| n.stats().snapshot())
+        let mut s = self.node(node)?.stats().snapshot();
+        self.cpu_events(node, &mut s);
+        Some(s)
+    }
+
+    /// Where `pfn` lives, for a per-CPU free that missed its last span.
+    pub(crate) fn locate(&self, pfn: Pfn) -> Option<LastSpan> {
+        let s = self.layout.read().find(pfn)?;
+        Some(LastSpan {
+            range: s.range,
+            node: s.node,
+            zone: ZoneKind::ALL[s.zone as usize],
+        })
     }
 
     /// Allocates a block of `order`, preferring `node`, on behalf of a CPU of `node`.
@@ -471,45 +519,65 @@ impl<'a> Machine<'a> {
         il: bool,
         extra: u32,
     ) -> Option<Pfn> {
+        let (pfn, node) = self.walk_with(preferred, order, flags, filter, |_, zone, mark| {
+            zone.alloc(order, mark, extra)
+        })?;
+        self.count(cpu_node, preferred, node, 1, il);
+        Some(pfn)
+    }
+
+    /// The zonelist walk shared by every single-block allocation: `preferred`'s zonelist (or
+    /// `preferred` alone with THISNODE) restricted to `filter`; a first pass keeping the low
+    /// watermark that starts past the hinted prefix and then retries it, a second keeping min,
+    /// and with RESERVE a third below min. `take` tries one zone. If everything fails while
+    /// per-CPU caches hold frames, they are drained and the walk runs once more, so cached
+    /// frames never make an allocation fail.
+    pub(crate) fn walk_with(
+        &self,
+        preferred: NodeId,
+        order: Order,
+        flags: AllocFlags,
+        filter: Option<&NodeMask>,
+        mut take: impl FnMut(NodeId, &Zone, Mark) -> Option<Pfn>,
+    ) -> Option<(Pfn, NodeId)> {
         if !self.topo.contains(preferred) {
             return None;
         }
-        let layout = self.layout.read();
-        let this = [preferred];
-        let list = if flags.contains(AllocFlags::THISNODE) {
-            &this[..]
-        } else {
-            layout.fallback.order(preferred)
-        };
-        // The hint only serves plain walks: a filter, THISNODE or DMA32 changes the list.
-        let hint = (filter.is_none()
-            && !flags.intersects(AllocFlags::THISNODE | AllocFlags::DMA32))
-        .then(|| self.nodes[preferred.index()].hint(order));
-        let start = hint.map_or(0, |h| h.begin()).min(list.len());
-        for &mark in marks(flags) {
-            // The first pass starts past the hinted prefix, then retries that prefix; later
-            // passes walk everything.
-            let (tail, head) = if mark == Mark::Low {
-                (start, start)
-            } else {
-                (0, 0)
-            };
-            let order_of_visit = (tail..list.len()).chain(0..head);
-            for i in order_of_visit {
-                let node = list[i];
-                if filter.is_some_and(|f| !f.contains(node)) {
-                    continue;
+        for attempt in 0..2 {
+            if attempt == 1 {
+                if self.cached_pages() == 0 {
+                    break;
                 }
-                for &kind in zones(flags) {
-                    if let Some(pfn) = self.nodes[node.index()]
-                        .zone(kind)
-                        .alloc(order, mark, extra)
-                    {
-                        if let (Some(h), Mark::Low) = (hint, mark) {
-                            h.record(start, i);
+                self.drain_all();
+            }
+            let layout = self.layout.read();
+            let this = [preferred];
+            let list = if flags.contains(AllocFlags::THISNODE) {
+                &this[..]
+            } else {
+                layout.fallback.order(preferred)
+            };
+            // The hint only serves plain walks: a filter, THISNODE or DMA32 changes the list.
+            let hint = (filter.is_none()
+                && !flags.intersects(AllocFlags::THISNODE | AllocFlags::DMA32))
+            .then(|| self.nodes[preferred.index()].hint(order));
+            let start = hint.map_or(0, |h| h.begin()).min(list.len());
+            for &mark in marks(flags) {
+                // The first pass starts past the hinted prefix, then retries that prefix;
+                // later passes walk everything.
+                let skip = if mark == Mark::Low { start } else { 0 };
+                for i in (skip..list.len()).chain(0..skip) {
+                    let node = list[i];
+                    if filter.is_some_and(|f| !f.contains(node)) {
+                        continue;
+                    }
+                    for &kind in zones(flags) {
+                        if let Some(pfn) = take(node, self.nodes[node.index()].zone(kind), mark) {
+                            if let (Some(h), Mark::Low) = (hint, mark) {
+                                h.record(start, i);
+                            }
+                            return Some((pfn, node));
                         }
-                        self.count(cpu_node, preferred, node, 1, il);
-                        return Some(pfn);
                     }
                 }
             }
@@ -518,26 +586,11 @@ impl<'a> Machine<'a> {
     }
 
     fn count(&self, cpu_node: NodeId, preferred: NodeId, got: NodeId, n: u64, il: bool) {
-        let stats = self.nodes[got.index()].stats();
-        if got == preferred {
-            stats.add(Event::Hit, n);
-            if il {
-                stats.add(Event::InterleaveHit, n);
+        tally(cpu_node, preferred, got, n, il, |node, event, n| {
+            if let Some(x) = self.nodes.get(node.index()) {
+                x.stats().add(event, n);
             }
-        } else {
-            stats.add(Event::Miss, n);
-            if let Some(p) = self.nodes.get(preferred.index()) {
-                p.stats().add(Event::Foreign, n);
-            }
-        }
-        stats.add(
-            if got == cpu_node {
-                Event::Local
-            } else {
-                Event::Other
-            },
-            n,
-        );
+        });
     }
 
     /// Fills `out` with order-0 frames preferring `node`, walking its zonelist and taking each
@@ -591,9 +644,10 @@ impl<'a> Machine<'a> {
                     if done == out.len() {
                         return done;
                     }
-                    let got = self.nodes[n.index()]
-                        .zone(kind)
-                        .alloc_bulk(&mut out[done..], mark);
+                    let got =
+                        self.nodes[n.index()]
+                            .zone(kind)
+                            .alloc_bulk(&mut out[done..], mark, 0);
                     if got > 0 {
                         self.count(cpu_node, preferred, n, got as u64, il);
                     }
@@ -694,7 +748,10 @@ impl<'a> Machine<'a> {
         let layout = self.layout.read();
         let s = layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
         let zone = self.nodes[s.node.index()].zone(ZoneKind::ALL[s.zone as usize]);
-        zone.inner.lock().area.pool_put(pfn, size.order())
+        zone.inner
+            .lock()
+            .area
+            .pool_put(&zone.spans, pfn, size.order())
     }
 
     /// `(total, free)` huge pages of `size` in `node`'s pool
@@ -741,46 +798,58 @@ impl<'a> Machine<'a> {
                 return Err(BulkFreeError { index: i, error });
             }
         }
+        // Consecutive frames of one span are freed under one lock of their zone.
         let mut i = 0;
         while i < pfns.len() {
             let s = layout.find(pfns[i]).expect("claimed frames are owned");
-            let zone = self.nodes[s.node.index()].zone(ZoneKind::ALL[s.zone as usize]);
+            let zone = self.zone_of(&s);
+            let span = zone.spans.find(pfns[i]).expect("claimed frames are owned");
             let mut z = zone.inner.lock();
             while i < pfns.len() && s.range.contains(pfns[i]) {
-                let span = *z.area.span_of(pfns[i]).expect("claimed frames are owned");
-                z.area.free_checked(&span, pfns[i], Order::ZERO);
+                z.area
+                    .free_checked(&zone.spans, &span, pfns[i], Order::ZERO);
                 i += 1;
             }
         }
         Ok(())
     }
 
+    fn zone_of(&self, s: &SpanRef) -> &Zone {
+        self.nodes[s.node.index()].zone(ZoneKind::ALL[s.zone as usize])
+    }
+
     fn claim(&self, layout: &Layout<'a>, pfn: Pfn) -> Result<(), FreeError> {
         let s = layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
-        let z = self.nodes[s.node.index()]
-            .zone(ZoneKind::ALL[s.zone as usize])
-            .inner
-            .lock();
+        let zone = self.zone_of(&s);
+        let z = zone.inner.lock();
         let span = z
             .area
-            .check_allocated(pfn, Order::ZERO, 0)
+            .check_allocated(&zone.spans, pfn, Order::ZERO, 0)
             .map_err(|e| match e {
-                FreeError::NotAllocated { pfn } if span_tag(&z.area, pfn) & tag::CLAIMED != 0 => {
+                FreeError::NotAllocated { pfn }
+                    if zone
+                        .spans
+                        .find(pfn)
+                        .is_some_and(|sp| sp.tag(pfn) & tag::CLAIMED != 0) =>
+                {
                     FreeError::Duplicate { pfn }
                 }
                 e => e,
             })?;
-        span.set_tag(pfn, tag::ALLOCATED | tag::CLAIMED);
-        Ok(())
+        // Swap rather than store: a per-CPU free of the same frame may race without this lock.
+        span.swap_tag(pfn, tag::ALLOCATED, tag::ALLOCATED | tag::CLAIMED)
+            .map_err(|found| {
+                classify(found, pfn, Order::ZERO, 0)
+                    .err()
+                    .unwrap_or(FreeError::NotAllocated { pfn })
+            })
     }
 
     fn unclaim(&self, layout: &Layout<'a>, pfn: Pfn) {
         if let Some(s) = layout.find(pfn) {
-            let z = self.nodes[s.node.index()]
-                .zone(ZoneKind::ALL[s.zone as usize])
-                .inner
-                .lock();
-            if let Some(span) = z.area.span_of(pfn) {
+            let zone = self.zone_of(&s);
+            let _z = zone.inner.lock();
+            if let Some(span) = zone.spans.find(pfn) {
                 span.set_tag(pfn, tag::ALLOCATED);
             }
         }
@@ -791,6 +860,7 @@ impl<'a> Machine<'a> {
     /// # Errors
     /// The first inconsistency found: a bug in numaframe, never a caller mistake.
     pub fn check_invariants(&self) -> Result<(), InvariantError> {
+        self.check_caches()?;
         let layout = self.layout.read();
         for node in self.nodes {
             node.check()?;
@@ -811,11 +881,37 @@ impl<'a> Machine<'a> {
     }
 }
 
-fn span_tag(area: &crate::buddy::FreeArea, pfn: Pfn) -> u32 {
-    area.span_of(pfn).map_or(0, |s| s.tag(pfn))
+/// Linux's `zone_statistics()`: which numastat events one allocation of `n` pages on `got`
+/// makes, for a CPU of `cpu_node` that preferred `preferred`. `add(node, event, n)` records one.
+pub(crate) fn tally(
+    cpu_node: NodeId,
+    preferred: NodeId,
+    got: NodeId,
+    n: u64,
+    il: bool,
+    mut add: impl FnMut(NodeId, Event, u64),
+) {
+    if got == preferred {
+        add(got, Event::Hit, n);
+        if il {
+            add(got, Event::InterleaveHit, n);
+        }
+    } else {
+        add(got, Event::Miss, n);
+        add(preferred, Event::Foreign, n);
+    }
+    add(
+        got,
+        if got == cpu_node {
+            Event::Local
+        } else {
+            Event::Other
+        },
+        n,
+    );
 }
 
-fn marks(flags: AllocFlags) -> &'static [Mark] {
+pub(crate) fn marks(flags: AllocFlags) -> &'static [Mark] {
     if flags.contains(AllocFlags::RESERVE) {
         &[Mark::Low, Mark::Min, Mark::Reserve]
     } else {
@@ -823,7 +919,7 @@ fn marks(flags: AllocFlags) -> &'static [Mark] {
     }
 }
 
-fn zones(flags: AllocFlags) -> &'static [ZoneKind] {
+pub(crate) fn zones(flags: AllocFlags) -> &'static [ZoneKind] {
     if flags.contains(AllocFlags::DMA32) {
         &[ZoneKind::Dma32]
     } else {

@@ -19,21 +19,28 @@
 //!
 //! This module owns all raw access to the region; everything it exposes is safe.
 
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
 use crate::addr::{Order, Pfn, PhysRange};
-use crate::sync::{Ordering, RawAtomicU32};
+use crate::sync::{AtomicUsize, Ordering, RawAtomicU32, spin_loop};
 
 const SECTION_SHIFT: u32 = 18;
 const SUBSECTION_SHIFT: u32 = 9;
 const INACTIVE: u8 = 0;
 const ACTIVE: u8 = 1;
 
+/// Most spans (boot ranges plus hot-added ranges) one zone can hold.
+pub const MAX_SPANS_PER_ZONE: usize = 8;
+
 /// "No link" in a free list.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// The metadata of one frame. Links are zone-relative frame indices and are touched only under
-/// the zone lock; the tag is atomic so that checks outside the lock (per-CPU frees) never race.
+/// The metadata of one frame. The tag is atomic so that checks outside the zone lock (per-CPU
+/// frees) never race. The links belong to whoever owns the block: the zone for free blocks and
+/// pooled huge pages (zone-relative indices, under the zone lock), a per-CPU cache for the
+/// frames it holds (one absolute frame number, under that CPU's lock).
 #[repr(C)]
 pub(crate) struct Entry {
     next: u32,
@@ -306,6 +313,46 @@ impl Span {
         unsafe { (*self.entry(pfn)).tag.store(value, Ordering::Release) };
     }
 
+    /// The link of an allocated frame as one absolute frame number, for the owner of the frame
+    /// (a per-CPU cache, under its own lock). An allocated frame heads a block, so its entry is
+    /// valid and no activation can touch it.
+    pub(crate) fn owner_link(&self, pfn: Pfn) -> u64 {
+        debug_assert!(self.is_valid(pfn) && self.tag(pfn) & tag::ALLOCATED != 0);
+        // SAFETY: the entry is valid and inside the region; the links of an allocated frame are
+        // used only by its owner, who holds the lock that owns it.
+        unsafe {
+            let e = self.entry(pfn);
+            u64::from((*e).next) | u64::from((*e).prev) << 32
+        }
+    }
+
+    /// Sets the owner link of an allocated frame; see [`Span::owner_link`].
+    pub(crate) fn set_owner_link(&self, pfn: Pfn, link: u64) {
+        debug_assert!(self.is_valid(pfn) && self.tag(pfn) & tag::ALLOCATED != 0);
+        // SAFETY: as in `owner_link`.
+        unsafe {
+            let e = self.entry(pfn);
+            (*e).next = link as u32;
+            (*e).prev = (link >> 32) as u32;
+        }
+    }
+
+    /// Atomically replaces the tag `old` by `new`; `Err(found)` if the tag was not `old`.
+    /// Used where two CPUs may race on one frame (a double free from two CPUs).
+    pub(crate) fn swap_tag(&self, pfn: Pfn, old: u32, new: u32) -> Result<(), u32> {
+        if !self.is_valid(pfn) {
+            return Err(0);
+        }
+        // SAFETY: the entry is valid and inside the region; the tag is only accessed atomically.
+        // AcqRel: the winner sees the frame as its last owner left it and publishes the change.
+        unsafe {
+            (*self.entry(pfn))
+                .tag
+                .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+                .map(|_| ())
+        }
+    }
+
     /// The free-list links `(next, prev)` of a valid entry. The caller holds the zone lock.
     pub(crate) fn links(&self, pfn: Pfn) -> (u32, u32) {
         debug_assert!(self.is_valid(pfn));
@@ -329,6 +376,87 @@ impl Span {
         self.prepare(pfn);
         // SAFETY: the entry is valid after `prepare`; links are only accessed under the zone lock.
         unsafe { (*self.entry(pfn)).prev = prev };
+    }
+}
+
+/// The spans of one zone: an append-only list that readers search without the zone lock (a
+/// per-CPU cache finding the metadata of a frame it holds).
+///
+/// Invariant: slots `..published` are initialised and never change again; `reserved >=
+/// published`, and slot `i` is written only by the push that reserved it.
+pub(crate) struct SpanList {
+    slots: [UnsafeCell<MaybeUninit<Span>>; MAX_SPANS_PER_ZONE],
+    reserved: AtomicUsize,
+    published: AtomicUsize,
+}
+
+// SAFETY: published slots are immutable, and each unpublished slot is written by exactly one
+// pusher (the one that reserved it) before it is published with Release.
+unsafe impl Sync for SpanList {}
+// SAFETY: the spans are handles (see `Span`'s Send); moving the list moves no shared data.
+unsafe impl Send for SpanList {}
+
+impl core::fmt::Debug for SpanList {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl SpanList {
+    /// An empty list.
+    pub(crate) fn new() -> Self {
+        Self {
+            slots: core::array::from_fn(|_| UnsafeCell::new(MaybeUninit::uninit())),
+            reserved: AtomicUsize::new(0),
+            published: AtomicUsize::new(0),
+        }
+    }
+
+    /// Number of published spans.
+    pub(crate) fn len(&self) -> usize {
+        // Acquire: pairs with the Release in `push`, so the slots below are initialised.
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// The published spans.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Span> + '_ {
+        (0..self.len()).map(|i| {
+            // SAFETY: `i < published`, so the slot is initialised and never written again.
+            unsafe { (*self.slots[i].get()).assume_init() }
+        })
+    }
+
+    /// The span holding `pfn`.
+    pub(crate) fn find(&self, pfn: Pfn) -> Option<Span> {
+        self.iter().find(|s| s.range.contains(pfn))
+    }
+
+    /// Appends a span; `false` if the list is full.
+    pub(crate) fn push(&self, span: Span) -> bool {
+        let mut i = self.reserved.load(Ordering::Relaxed);
+        loop {
+            if i == MAX_SPANS_PER_ZONE {
+                return false;
+            }
+            // Relaxed: reserving a slot publishes nothing; `published` does.
+            match self
+                .reserved
+                .compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => i = now,
+            }
+        }
+        // SAFETY: slot `i` was reserved by this call alone and is not yet published, so no
+        // reader or other writer touches it.
+        unsafe { (*self.slots[i].get()).write(span) };
+        // Earlier reservations publish first, so `published` counts initialised slots.
+        while self.published.load(Ordering::Acquire) != i {
+            spin_loop();
+        }
+        // Release: readers that see `i + 1` see the slot written above.
+        self.published.store(i + 1, Ordering::Release);
+        true
     }
 }
 

@@ -4,6 +4,7 @@
 use crate::addr::{NR_ORDERS, Order, Pfn};
 use crate::buddy::FreeArea;
 use crate::error::{FreeError, InvariantError};
+use crate::meta::SpanList;
 use crate::stats::NumaStats;
 use crate::sync::{AtomicU32, Mutex, Ordering};
 use crate::topology::NodeId;
@@ -78,6 +79,8 @@ impl ZoneInner {
 #[derive(Debug)]
 pub struct Zone {
     kind: ZoneKind,
+    /// The zone's spans, readable without the lock.
+    pub(crate) spans: SpanList,
     pub(crate) inner: Mutex<ZoneInner>,
 }
 
@@ -85,6 +88,7 @@ impl Zone {
     fn new(kind: ZoneKind) -> Self {
         Self {
             kind,
+            spans: SpanList::new(),
             inner: Mutex::new(ZoneInner {
                 area: FreeArea::new(),
                 marks: Watermarks::default(),
@@ -103,14 +107,14 @@ impl Zone {
         if z.headroom(mark) < order.frames() {
             return None;
         }
-        z.area.alloc(order, extra)
+        z.area.alloc(&self.spans, order, extra)
     }
 
     /// Order-0 frames into `out`, as many as the zone can give above `mark`, under one lock.
-    pub(crate) fn alloc_bulk(&self, out: &mut [Pfn], mark: Mark) -> usize {
+    pub(crate) fn alloc_bulk(&self, out: &mut [Pfn], mark: Mark, extra: u32) -> usize {
         let mut z = self.inner.lock();
         let n = (z.headroom(mark).min(out.len() as u64)) as usize;
-        z.area.alloc_bulk(&mut out[..n])
+        z.area.alloc_bulk(&self.spans, &mut out[..n], extra)
     }
 
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping
@@ -118,7 +122,10 @@ impl Zone {
     pub(crate) fn pool_grow(&self, order: Order, count: u64) -> u64 {
         let mut z = self.inner.lock();
         let mut n = 0;
-        while n < count && z.headroom(Mark::Min) >= order.frames() && z.area.pool_grow(order) {
+        while n < count
+            && z.headroom(Mark::Min) >= order.frames()
+            && z.area.pool_grow(&self.spans, order)
+        {
             n += 1;
         }
         n
@@ -128,7 +135,7 @@ impl Zone {
     pub(crate) fn pool_shrink(&self, order: Order, count: u64) -> u64 {
         let mut z = self.inner.lock();
         let mut n = 0;
-        while n < count && z.area.pool_shrink(order) {
+        while n < count && z.area.pool_shrink(&self.spans, order) {
             n += 1;
         }
         n
@@ -136,7 +143,7 @@ impl Zone {
 
     /// A free page from the pool of `order`.
     pub(crate) fn pool_take(&self, order: Order) -> Option<Pfn> {
-        self.inner.lock().area.pool_take(order)
+        self.inner.lock().area.pool_take(&self.spans, order)
     }
 
     /// `(total, free)` pages of the pool of `order`.
@@ -146,7 +153,7 @@ impl Zone {
 
     /// Frees one block (checked); on error nothing changes.
     pub(crate) fn free(&self, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
-        self.inner.lock().area.free(pfn, order, extra)
+        self.inner.lock().area.free(&self.spans, pfn, order, extra)
     }
 
     /// Free pages, managed pages and watermarks.
@@ -265,7 +272,7 @@ impl Node {
     pub(crate) fn check(&self) -> Result<(), InvariantError> {
         self.zones
             .iter()
-            .try_for_each(|z| z.inner.lock().area.check(self.id))
+            .try_for_each(|z| z.inner.lock().area.check(&z.spans, self.id))
     }
 }
 

@@ -37,12 +37,31 @@ pub struct NumaStat {
 /// Which counter an event bumps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Event {
-    Hit,
+    Hit = 0,
     Miss,
     Foreign,
     InterleaveHit,
     Local,
     Other,
+}
+
+impl Event {
+    /// Index into per-event arrays.
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl NumaStat {
+    /// Adds per-event counts, indexed by `Event::index`.
+    pub(crate) fn add_counts(&mut self, counts: &[u64; 6]) {
+        self.numa_hit += counts[Event::Hit.index()];
+        self.numa_miss += counts[Event::Miss.index()];
+        self.numa_foreign += counts[Event::Foreign.index()];
+        self.interleave_hit += counts[Event::InterleaveHit.index()];
+        self.local_node += counts[Event::Local.index()];
+        self.other_node += counts[Event::Other.index()];
+    }
 }
 
 impl NumaStats {

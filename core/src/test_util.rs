@@ -69,9 +69,15 @@ impl Spec {
     }
 
     pub(crate) fn boot<'a>(&'a self, mem: &'a SparseMem) -> Machine<'a> {
+        self.boot_with_cpus(mem, &[])
+    }
+
+    /// Boots with the given CPU → node table and watermarks off.
+    pub(crate) fn boot_with_cpus<'a>(&'a self, mem: &'a SparseMem, cpus: &[NodeId]) -> Machine<'a> {
         let topo = Topology::new(&self.distances, &self.infos).unwrap();
         let opts = BootOptions {
             min_free_kbytes: Some(0),
+            cpus,
             ..BootOptions::default()
         };
         Machine::boot(topo, mem, &self.ranges, opts).unwrap()
