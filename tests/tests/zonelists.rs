@@ -1,0 +1,415 @@
+//! Fallback orders against the oracle, a plain O(N³) transcription of Linux's
+//! `build_zonelists()` (`numaframe_tests::oracle`), through the public API only:
+//! - every reference case in `vectors/zonelists.json`, through `build_fallback`, through a booted
+//!   machine and through the oracle itself (which validates the oracle against the seed);
+//! - random topologies (proptest), symmetric and not, with ties, unreachable nodes, CPU-less and
+//!   memoryless nodes, with and without `linux_boot_order`;
+//! - a 1024-node machine;
+//! - memory hot-add to memoryless nodes, which then join every list.
+
+use numaframe::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
+use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeInfo, Order, PhysAddr, PhysRange};
+use numaframe::{NodeMask, Topology};
+use numaframe_hosted::sim::{Sim, SimMemory};
+use numaframe_hosted::spec::{MachineSpec, NodeSpec};
+use numaframe_tests::oracle::{Tables, build_all_zonelists};
+use numaframe_tests::topologies;
+use proptest::prelude::*;
+
+const MIB: u64 = 1 << 20;
+
+const DEFAULT: FallbackOptions = FallbackOptions {
+    linux_boot_order: false,
+};
+const BOOT_ORDER: FallbackOptions = FallbackOptions {
+    linux_boot_order: true,
+};
+
+fn infos(t: &Tables) -> Vec<NodeInfo> {
+    (0..t.len())
+        .map(|i| NodeInfo {
+            has_cpus: t.has_cpus[i],
+            has_memory: t.has_memory[i],
+            ..NodeInfo::default()
+        })
+        .collect()
+}
+
+/// Every node's order from the core's `build_fallback`, as plain ids.
+fn core_orders(t: &Tables, opts: FallbackOptions) -> Vec<Vec<usize>> {
+    let n = t.len();
+    let infos = infos(t);
+    let topo = Topology::new(&t.distances, &infos).expect("valid topology");
+    let states = NodeStates {
+        memory: topo.memory_nodes(),
+        cpus: topo.cpu_nodes(),
+    };
+    let (mut ids, mut lens) = (vec![NodeId::default(); n * n], vec![0u16; n]);
+    let (mut load, mut keys) = (vec![0u32; n], vec![0u64; n]);
+    let mut table = FallbackTable::new(n, &mut ids, &mut lens).expect("storage for n nodes");
+    let mut scratch = Scratch {
+        load: &mut load,
+        keys: &mut keys,
+    };
+    build_fallback(&topo, &states, opts, &mut scratch, &mut table);
+    (0..n)
+        .map(|i| {
+            let row = table.order(NodeId::new(i));
+            row.iter().map(|id| id.index()).collect()
+        })
+        .collect()
+}
+
+/// A spec of `t` with `node_bytes` of memory on each node that has memory, one CPU on each node
+/// that has CPUs.
+fn spec_of(name: &str, t: &Tables, node_bytes: u64) -> MachineSpec {
+    let nodes = (0..t.len())
+        .map(|i| NodeSpec {
+            cpus: if t.has_cpus[i] {
+                vec![i as u32]
+            } else {
+                vec![]
+            },
+            memory_bytes: if t.has_memory[i] { node_bytes } else { 0 },
+            ..NodeSpec::default()
+        })
+        .collect();
+    MachineSpec::new(name, nodes, t.distances.clone(), None).expect("valid spec")
+}
+
+/// Every node's order as a booted machine reports it.
+fn machine_orders(m: &Machine<'_>) -> Vec<Vec<usize>> {
+    let n = m.topology().len();
+    let mut row = vec![NodeId::default(); n];
+    (0..n)
+        .map(|i| {
+            let len = m.fallback_order(NodeId::new(i), &mut row);
+            row[..len].iter().map(|id| id.index()).collect()
+        })
+        .collect()
+}
+
+fn boot_options(fallback: FallbackOptions) -> BootOptions<'static> {
+    BootOptions {
+        fallback,
+        ..BootOptions::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference vectors.
+
+struct Case {
+    name: String,
+    tables: Tables,
+    fallback: Vec<Vec<usize>>,
+}
+
+fn cases() -> Vec<Case> {
+    let json: serde_json::Value =
+        serde_json::from_str(include_str!("../vectors/zonelists.json")).expect("valid JSON");
+    let cases = json["cases"].as_array().expect("a cases array");
+    assert!(!cases.is_empty());
+    let nums = |v: &serde_json::Value| -> Vec<u64> {
+        v.as_array()
+            .expect("an array")
+            .iter()
+            .map(|x| x.as_u64().expect("a number"))
+            .collect()
+    };
+    let bools = |v: &serde_json::Value| -> Vec<bool> {
+        v.as_array()
+            .expect("an array")
+            .iter()
+            .map(|x| x.as_bool().expect("a bool"))
+            .collect()
+    };
+    let rows = |v: &serde_json::Value| -> Vec<Vec<u64>> {
+        v.as_array().expect("rows").iter().map(nums).collect()
+    };
+    cases
+        .iter()
+        .map(|c| {
+            let name = c["name"].as_str().expect("a name").to_string();
+            let distances = rows(&c["distances"]);
+            let n = distances.len();
+            assert!(distances.iter().all(|r| r.len() == n), "{name}: square");
+            let tables = Tables {
+                distances: distances
+                    .iter()
+                    .flatten()
+                    .map(|&d| u8::try_from(d).expect("a SLIT distance"))
+                    .collect(),
+                has_cpus: bools(&c["has_cpus"]),
+                has_memory: bools(&c["has_memory"]),
+            };
+            assert_eq!(tables.has_cpus.len(), n, "{name}: has_cpus");
+            assert_eq!(tables.has_memory.len(), n, "{name}: has_memory");
+            let fallback = rows(&c["fallback"])
+                .into_iter()
+                .map(|r| r.into_iter().map(|x| x as usize).collect())
+                .collect();
+            Case {
+                name,
+                tables,
+                fallback,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn oracle_reproduces_every_reference_case() {
+    for case in cases() {
+        assert_eq!(
+            build_all_zonelists(&case.tables, false),
+            case.fallback,
+            "oracle, case {}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn build_fallback_passes_every_reference_case() {
+    for case in cases() {
+        assert_eq!(
+            core_orders(&case.tables, DEFAULT),
+            case.fallback,
+            "build_fallback, case {}",
+            case.name
+        );
+        assert_eq!(
+            core_orders(&case.tables, BOOT_ORDER),
+            build_all_zonelists(&case.tables, true),
+            "build_fallback with linux_boot_order, case {}",
+            case.name
+        );
+    }
+}
+
+#[test]
+fn booted_machines_pass_every_reference_case() {
+    for case in cases() {
+        let spec = spec_of(&case.name, &case.tables, 64 * MIB);
+        assert_eq!(
+            spec.fallback_orders(DEFAULT)
+                .iter()
+                .map(|r| r.iter().map(|id| id.index()).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+            case.fallback,
+            "MachineSpec::fallback_orders, case {}",
+            case.name
+        );
+        for opts in [DEFAULT, BOOT_ORDER] {
+            // A simulated machine maps each metadata range once: one Sim per boot.
+            let sim = Sim::new(&spec).expect("simulated memory");
+            let m = sim.boot(boot_options(opts)).expect("boot");
+            let expected = if opts.linux_boot_order {
+                build_all_zonelists(&case.tables, true)
+            } else {
+                case.fallback.clone()
+            };
+            assert_eq!(
+                machine_orders(&m),
+                expected,
+                "booted machine ({opts:?}), case {}",
+                case.name
+            );
+            let mut lines = Vec::new();
+            m.for_each_fallback_line(|l| lines.push(l.to_string()));
+            let want: Vec<String> = expected
+                .iter()
+                .enumerate()
+                .map(|(i, row)| {
+                    let ids: String = row.iter().map(|x| format!(" {x}")).collect();
+                    format!("Fallback order for Node {i}:{ids}")
+                })
+                .collect();
+            assert_eq!(lines, want, "boot log, case {}", case.name);
+            m.check_invariants().expect("invariants");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random topologies.
+
+/// 2..=40 nodes, off-diagonal distances from a small set (ties and 255 included), symmetric or
+/// not, random CPU and memory states with at least one memory node.
+fn tables() -> impl Strategy<Value = Tables> {
+    (2usize..=40, any::<bool>())
+        .prop_flat_map(|(n, symmetric)| {
+            (
+                Just(n),
+                Just(symmetric),
+                prop::collection::vec(prop::sample::select(topologies::DISTANCES.to_vec()), n * n),
+                prop::collection::vec(any::<bool>(), n),
+                prop::collection::vec(prop::bool::weighted(0.8), n),
+                0..n,
+            )
+        })
+        .prop_map(|(n, symmetric, raw, has_cpus, mut has_memory, forced)| {
+            let distances = (0..n * n)
+                .map(|k| {
+                    let (i, j) = (k / n, k % n);
+                    if i == j {
+                        10
+                    } else if symmetric {
+                        raw[i.min(j) * n + i.max(j)]
+                    } else {
+                        raw[k]
+                    }
+                })
+                .collect();
+            if !has_memory.contains(&true) {
+                has_memory[forced] = true;
+            }
+            Tables {
+                distances,
+                has_cpus,
+                has_memory,
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn build_fallback_equals_the_oracle(t in tables()) {
+        prop_assert_eq!(core_orders(&t, DEFAULT), build_all_zonelists(&t, false));
+        prop_assert_eq!(core_orders(&t, BOOT_ORDER), build_all_zonelists(&t, true));
+    }
+}
+
+#[test]
+fn a_1024_node_machine_equals_the_oracle() {
+    // One random table (asymmetric, ties, unreachable pairs, CPU-less and memoryless nodes) and
+    // one laid out like a real machine; the oracle costs about 1e9 steps for each.
+    let random = topologies::random(1024, false, 0x6e75_6d61_6672_616d);
+    assert_eq!(
+        core_orders(&random, DEFAULT),
+        build_all_zonelists(&random, false),
+        "random 1024-node topology"
+    );
+    let sockets = topologies::sockets(64, 16);
+    assert_eq!(
+        core_orders(&sockets, BOOT_ORDER),
+        build_all_zonelists(&sockets, true),
+        "64 sockets x 16 nodes, linux_boot_order"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hot-add.
+
+/// Two CPU sockets (nodes 0, 1), a memoryless CPU node (2) and three CPU-less nodes near
+/// socket 0 or 1 (3 and 5 memoryless, 4 with memory). Asymmetric on purpose (4 → 0).
+fn hotplug_tables() -> Tables {
+    #[rustfmt::skip]
+    let distances = vec![
+        10, 21, 12, 14, 24, 14,
+        21, 10, 21, 24, 14, 24,
+        12, 21, 10, 14, 24, 14,
+        14, 24, 14, 10, 34, 16,
+        20, 14, 24, 34, 10, 34,
+        14, 24, 14, 16, 34, 10,
+    ];
+    Tables {
+        distances,
+        has_cpus: vec![true, true, true, false, false, false],
+        has_memory: vec![true, true, false, false, true, false],
+    }
+}
+
+#[test]
+fn hot_add_to_memoryless_nodes_matches_the_oracle() {
+    for opts in [DEFAULT, BOOT_ORDER] {
+        let mut t = hotplug_tables();
+        let spec = spec_of("hotplug", &t, 64 * MIB);
+        let base = spec.total_memory_bytes();
+        // Memory for the hot-added ranges, right after the boot memory.
+        let extra = SimMemory::new(&[(base, 2 * 64 * MIB)]).expect("simulated memory");
+        let sim = Sim::new(&spec).expect("simulated memory");
+        let m = sim.boot(boot_options(opts)).expect("boot");
+        assert_eq!(
+            machine_orders(&m),
+            build_all_zonelists(&t, opts.linux_boot_order)
+        );
+
+        for (k, node) in [3usize, 2].into_iter().enumerate() {
+            let start = PhysAddr::new(base + k as u64 * 64 * MIB);
+            let range = PhysRange::from_bytes(start, 64 * MIB).expect("whole pages");
+            let id = NodeId::new(node);
+            assert_eq!(m.alloc(id, Order::ZERO, AllocFlags::THISNODE), None);
+            m.hot_add(&extra, id, range, opts).expect("hot-add");
+            t.has_memory[node] = true;
+
+            let orders = machine_orders(&m);
+            assert_eq!(
+                orders,
+                build_all_zonelists(&t, opts.linux_boot_order),
+                "after hot-adding node {node} ({opts:?})"
+            );
+            for (i, row) in orders.iter().enumerate() {
+                assert!(
+                    row.contains(&node),
+                    "node {node} missing from node {i}'s list"
+                );
+            }
+            assert_eq!(
+                orders[node][0], node,
+                "node {node} comes first in its own list"
+            );
+            assert!(m.memory_nodes().contains(id));
+            let p = m
+                .alloc(id, Order::ZERO, AllocFlags::THISNODE)
+                .expect("the new memory");
+            assert_eq!(m.node_of(p), Some(id));
+            m.free(p, Order::ZERO).expect("own frame");
+            m.check_invariants().expect("invariants");
+        }
+        let all = NodeMask::from_nodes((0..t.len()).filter(|&i| i != 5).map(NodeId::new));
+        assert_eq!(m.memory_nodes(), all);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Random topologies of up to 12 nodes: boot, hot-add memory to one memoryless node, and
+    /// compare every list with the oracle before and after.
+    #[test]
+    fn hot_add_on_random_topologies_matches_the_oracle(
+        mut t in tables().prop_filter("small", |t| t.len() <= 12),
+        pick in any::<prop::sample::Index>(),
+        boot_order in any::<bool>(),
+    ) {
+        // Make sure one node is memoryless and one has memory.
+        let n = t.len();
+        let target = pick.index(n);
+        t.has_memory[target] = false;
+        if !t.has_memory.contains(&true) {
+            t.has_memory[(target + 1) % n] = true;
+        }
+        let opts = FallbackOptions { linux_boot_order: boot_order };
+        let spec = spec_of("random", &t, 4 * MIB);
+        let base = spec.total_memory_bytes();
+        let extra = SimMemory::new(&[(base, 4 * MIB)]).expect("simulated memory");
+        let sim = Sim::new(&spec).expect("simulated memory");
+        let m = sim.boot(boot_options(opts)).expect("boot");
+        prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+
+        let range = PhysRange::from_bytes(PhysAddr::new(base), 4 * MIB).expect("whole pages");
+        m.hot_add(&extra, NodeId::new(target), range, opts).expect("hot-add");
+        t.has_memory[target] = true;
+        let orders = machine_orders(&m);
+        prop_assert_eq!(&orders, &build_all_zonelists(&t, boot_order));
+        for (i, row) in orders.iter().enumerate() {
+            let reachable = i == target || t.node_distance(i, target) != 255;
+            prop_assert_eq!(row.contains(&target), reachable, "node {}'s list", i);
+        }
+        m.check_invariants().expect("invariants");
+    }
+}
