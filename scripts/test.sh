@@ -33,7 +33,7 @@ step "workspace tests and doctests"
 cargo test --workspace --locked --release
 
 step "loom models (--cfg numaframe_loom)"
-RUSTFLAGS="--cfg numaframe_loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" \
+RUSTFLAGS="--cfg numaframe_loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
   cargo test -p numaframe-loom --locked --release --tests
 echo
 echo "all checks passed"

@@ -7,7 +7,8 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 
 use numaframe::{
-    BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Pfn, PhysMemory, PhysRange, Topology,
+    BootOptions, Machine, MemoryRange, NodeId, NodeInfo, PcpConfig, Pfn, PhysMemory, PhysRange,
+    Topology,
 };
 
 /// Physical memory that exists only where the allocator maps it.
@@ -73,10 +74,22 @@ impl Tiny {
 
     /// Boots it with watermarks off.
     pub fn boot<'a>(&'a self, mem: &'a SparseMem) -> Machine<'a> {
+        self.boot_with_cpus(mem, &[], PcpConfig::default())
+    }
+
+    /// Boots it with watermarks off and CPUs on the given nodes.
+    pub fn boot_with_cpus<'a>(
+        &'a self,
+        mem: &'a SparseMem,
+        cpus: &[NodeId],
+        pcp: PcpConfig,
+    ) -> Machine<'a> {
         let topo = Topology::new(&self.distances, &self.infos).expect("valid topology");
         let opts = BootOptions {
             min_free_kbytes: Some(0),
             hotplug_slots: 2,
+            cpus,
+            pcp,
             ..BootOptions::default()
         };
         Machine::boot(topo, mem, &self.ranges, opts).expect("boot")
