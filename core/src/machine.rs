@@ -627,31 +627,40 @@ impl<'a> Machine<'a> {
         if !self.topo.contains(preferred) {
             return 0;
         }
-        let layout = self.layout.read();
-        let this = [preferred];
-        let list = if flags.contains(AllocFlags::THISNODE) {
-            &this[..]
-        } else {
-            layout.fallback.order(preferred)
-        };
         let mut done = 0;
-        for &mark in marks(flags) {
-            for &n in list
-                .iter()
-                .filter(|n| filter.is_none_or(|f| f.contains(**n)))
-            {
-                for &kind in zones(flags) {
-                    if done == out.len() {
-                        return done;
+        // As in `walk_with`: a short bulk drains the per-CPU caches and walks once more.
+        for attempt in 0..2 {
+            if attempt == 1 {
+                if done == out.len() || self.cached_pages() == 0 {
+                    break;
+                }
+                self.drain_all();
+            }
+            let layout = self.layout.read();
+            let this = [preferred];
+            let list = if flags.contains(AllocFlags::THISNODE) {
+                &this[..]
+            } else {
+                layout.fallback.order(preferred)
+            };
+            for &mark in marks(flags) {
+                for &n in list
+                    .iter()
+                    .filter(|n| filter.is_none_or(|f| f.contains(**n)))
+                {
+                    for &kind in zones(flags) {
+                        if done == out.len() {
+                            return done;
+                        }
+                        let got =
+                            self.nodes[n.index()]
+                                .zone(kind)
+                                .alloc_bulk(&mut out[done..], mark, 0);
+                        if got > 0 {
+                            self.count(cpu_node, preferred, n, got as u64, il);
+                        }
+                        done += got;
                     }
-                    let got =
-                        self.nodes[n.index()]
-                            .zone(kind)
-                            .alloc_bulk(&mut out[done..], mark, 0);
-                    if got > 0 {
-                        self.count(cpu_node, preferred, n, got as u64, il);
-                    }
-                    done += got;
                 }
             }
         }
