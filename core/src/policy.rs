@@ -63,27 +63,6 @@ impl Policy {
     }
 }
 
-/// The package (socket) of every node, derived as the module doc says.
-fn package_of(topo: &Topology<'_>, node: NodeId) -> Option<u32> {
-    let cpu_package = |n: NodeId| {
-        topo.info(n)
-            .socket
-            .map_or(u32::from(u16::MAX) + 1 + n.index() as u32, u32::from)
-    };
-    let info = topo.info(node);
-    if info.has_cpus {
-        return Some(cpu_package(node));
-    }
-    if let Some(init) = info.initiator {
-        return Some(cpu_package(init));
-    }
-    if let Some(s) = info.socket {
-        return Some(u32::from(s));
-    }
-    let cpus = topo.cpu_nodes();
-    topo.nearest_nodes(node, &cpus).first().map(cpu_package)
-}
-
 /// A task's (or vCPU's) memory policy and interleave cursor.
 #[derive(Clone, Debug)]
 pub struct TaskPolicy {
@@ -185,8 +164,8 @@ impl TaskPolicy {
             Some((cpu, m)) if cpu == cpu_node => m,
             _ => {
                 let topo = machine.topology();
-                let pkg = package_of(topo, cpu_node);
-                let m = NodeMask::from_nodes(mask.iter().filter(|n| package_of(topo, *n) == pkg));
+                let pkg = topo.package_of(cpu_node);
+                let m = NodeMask::from_nodes(mask.iter().filter(|n| topo.package_of(*n) == pkg));
                 self.package = Some((cpu_node, m));
                 m
             }
@@ -297,9 +276,11 @@ impl TaskPolicy {
                 };
                 let mut il = self.il;
                 let total = out.len() as u64;
-                // The plan runs under the weight lock, so one bulk sees one table throughout.
-                self.with_weights(machine, |w| {
-                    plan_bulk(&mut il, &mask, w, total, |node, count| {
+                // One copy of the table serves the whole bulk, so it sees one table throughout
+                // and never holds the weight lock while it allocates.
+                let weights = self.with_weights(machine, Weights::clone);
+                {
+                    plan_bulk(&mut il, &mask, &weights, total, |node, count| {
                         // `count` sums to `total` over the emits, so the slice stays in bounds.
                         let start = r.placed;
                         let got = call(
@@ -311,7 +292,7 @@ impl TaskPolicy {
                         );
                         debug_assert!(got <= count as usize);
                     });
-                });
+                }
                 self.il = il;
             }
         }

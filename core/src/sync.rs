@@ -8,9 +8,11 @@
 //! Locks are taken in this order, and never in reverse:
 //! 1. the machine's layout lock (`Machine::layout`, read by allocations and frees, written by
 //!    hot-add);
-//! 2. the weight-table lock (read once per interleave call, copied out, released);
-//! 3. a per-CPU cache lock;
-//! 4. one zone lock.
+//! 2. a per-CPU cache lock;
+//! 3. one zone lock.
+//!
+//! The weight-table lock is a leaf: an interleave call holds it only to pick its next node or
+//! to copy the table for a bulk, never while it allocates.
 //!
 //! No path holds two zone locks at once: the zonelist walk releases a zone's lock before it
 //! tries the next zone, and a bulk free groups frames by zone and locks one zone at a time.

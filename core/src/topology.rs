@@ -342,6 +342,30 @@ impl<'a> Topology<'a> {
     pub fn memory_nodes(&self) -> NodeMask {
         NodeMask::from_nodes(self.node_ids().filter(|n| self.info(*n).has_memory))
     }
+    /// The package (physical socket) `node` belongs to, as an opaque key: equal keys mean the
+    /// same package. A CPU node's package is its socket, or a package of its own if it has none;
+    /// a CPU-less node belongs to its initiator's package, or failing that to its own socket,
+    /// or failing that to the package of its nearest CPU node (the lowest id on a tie).
+    /// `None` for a CPU-less node with none of these (no CPU node is reachable), or a node
+    /// outside the topology.
+    pub fn package_of(&self, node: NodeId) -> Option<u32> {
+        let cpu_package = |n: NodeId| self.info(n).socket.map_or(u32::from(u16::MAX) + 1 + n.index() as u32, u32::from);
+        if !self.contains(node) {
+            return None;
+        }
+        let info = self.info(node);
+        if info.has_cpus {
+            return Some(cpu_package(node));
+        }
+        if let Some(init) = info.initiator {
+            return Some(cpu_package(init));
+        }
+        if let Some(s) = info.socket {
+            return Some(u32::from(s));
+        }
+        self.nearest_nodes(node, &self.cpu_nodes()).first().map(cpu_package)
+    }
+
     /// All nodes of `mask` at the minimum distance from `node` (Linux's `nearest_node` family,
     /// but returning every tie). Nodes outside the topology and unreachable nodes are ignored.
     pub fn nearest_nodes(&self, node: NodeId, mask: &NodeMask) -> NodeMask {
