@@ -231,6 +231,62 @@ const COMMANDS: &[Command] = &[
         run: cmd_demo,
     },
     Command {
+        name: "interleave",
+        usage: "interleave <topology> --weights W,W,...|auto [--nodes LIST] [--state NODE:LEFT] [--cpu-node N] [--socket-aware] --pages N[,N...] [--json] [--model]",
+        about: "one task's weighted-interleave bulk allocations: pages per node, node calls, state; or the placement model",
+        opts: &[
+            TOPOLOGY,
+            Opt {
+                name: "--weights",
+                arity: Arity::Value("W,W,...|auto"),
+            },
+            Opt {
+                name: "--nodes",
+                arity: Arity::Value("LIST"),
+            },
+            Opt {
+                name: "--state",
+                arity: Arity::Value("NODE:LEFT"),
+            },
+            Opt {
+                name: "--cpu-node",
+                arity: Arity::Value("N"),
+            },
+            Opt {
+                name: "--socket-aware",
+                arity: Arity::Flag,
+            },
+            Opt {
+                name: "--pages",
+                arity: Arity::Value("N[,N...]"),
+            },
+            Opt {
+                name: "--model",
+                arity: Arity::Flag,
+            },
+            JSON,
+        ],
+        run: cmd_interleave,
+    },
+    Command {
+        name: "hugepages",
+        usage: "hugepages <topology> --cmdline \"hugepagesz=1G hugepages=0:4,1:4\" [--threads T] [--json]",
+        about: "reserve huge-page pools at boot from a Linux command line, with parallel per-node jobs",
+        opts: &[
+            TOPOLOGY,
+            Opt {
+                name: "--cmdline",
+                arity: Arity::Value("TEXT"),
+            },
+            Opt {
+                name: "--threads",
+                arity: Arity::Value("T"),
+            },
+            JSON,
+        ],
+        run: cmd_hugepages,
+    },
+    Command {
         name: "help",
         usage: "help [COMMAND]",
         about: "show this text, or one command's usage",
@@ -479,6 +535,42 @@ fn cmd_demo(args: &Parsed, out: &mut dyn Write) -> Result<(), CliError> {
     crate::demo::run(&spec, args.flag(JSON.name), out)
 }
 
+/// `numaframe interleave`.
+fn cmd_interleave(args: &Parsed, out: &mut dyn Write) -> Result<(), CliError> {
+    let spec = args.machine()?;
+    let opts = crate::interleave::Args {
+        weights: args.value("--weights"),
+        nodes: args.value("--nodes"),
+        state: args.value("--state"),
+        cpu_node: args.value("--cpu-node"),
+        socket_aware: args.flag("--socket-aware"),
+        pages: args.value("--pages"),
+        json: args.flag(JSON.name),
+        model: args.flag("--model"),
+    };
+    crate::interleave::run(&spec, &opts, out).map_err(|e| match e {
+        CliError::BadInput(m) => args.bad(m),
+        e => e,
+    })
+}
+
+/// `numaframe hugepages`.
+fn cmd_hugepages(args: &Parsed, out: &mut dyn Write) -> Result<(), CliError> {
+    let spec = args.machine()?;
+    let cmdline = args.value("--cmdline").ok_or_else(|| args.bad("--cmdline is required".to_string()))?;
+    let threads = match args.value("--threads") {
+        None => crate::hugepages::default_threads(),
+        Some(t) => match t.parse::<usize>() {
+            Ok(n) if (1..=1024).contains(&n) => n,
+            _ => return Err(args.bad(format!("--threads: expected a number of threads 1..=1024, got `{}`", crate::spec::shorten(t)))),
+        },
+    };
+    crate::hugepages::run(&spec, cmdline, threads, args.flag(JSON.name), out).map_err(|e| match e {
+        CliError::BadInput(m) => args.bad(m),
+        e => e,
+    })
+}
+
 /// `numaframe help [COMMAND]`.
 fn cmd_help(args: &Parsed, out: &mut dyn Write) -> Result<(), CliError> {
     match args.positional.first() {
@@ -522,8 +614,14 @@ fn write_usage(out: &mut dyn Write) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Longer help for commands whose options need explaining, printed after the usage line.
+const DETAILS: &[(&str, &str)] = &[("interleave", crate::interleave::HELP)];
+
 fn write_command_usage(c: &Command, out: &mut dyn Write) -> Result<(), CliError> {
     writeln!(out, "usage: numaframe {}\n\n{}", c.usage, c.about)?;
+    if let Some((_, details)) = DETAILS.iter().find(|(name, _)| *name == c.name) {
+        writeln!(out, "\n{details}")?;
+    }
     if c.opts.iter().any(|o| o.name == TOPOLOGY.name) {
         writeln!(out, "\n{TOPOLOGY_HELP}\n  presets: {}", PRESETS.join(", "))?;
     }

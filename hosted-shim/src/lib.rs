@@ -5,6 +5,9 @@
 
 pub mod cli;
 pub mod demo;
+pub mod hugepages;
+pub mod interleave;
+pub mod model;
 pub mod presets;
 pub mod readers;
 pub mod sim;

@@ -1,0 +1,105 @@
+//! The weighted-interleave weight table replaced (`Machine::set_weights`) while another thread
+//! makes a weighted-interleave bulk allocation: the bulk is planned entirely under the old table
+//! or entirely under the new one, never a mix.
+#![cfg(numaframe_loom)]
+
+use loom::sync::Arc;
+use numaframe::interleave::{IlState, Weights, plan_bulk};
+use numaframe::policy::{Policy, TaskPolicy};
+use numaframe::{AllocFlags, Machine, NodeId, NodeMask, Pfn};
+use numaframe_loom::{SparseMem, Tiny};
+
+fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+/// Pages per node (0 and 1) of `frames`.
+fn counts(m: &Machine<'_>, frames: &[Pfn]) -> [usize; 2] {
+    let mut c = [0; 2];
+    for &p in frames {
+        c[m.node_of(p).expect("a frame of the machine").index()] += 1;
+    }
+    c
+}
+
+fn task(m: &Machine<'_>) -> TaskPolicy {
+    TaskPolicy::new(m, Policy::WeightedInterleave(NodeMask::first_n(2)), false)
+        .expect("valid policy")
+}
+
+/// One bulk of 3 pages by `task` on CPU node 0.
+fn bulk(m: &Machine<'_>, task: &mut TaskPolicy) -> (Vec<Pfn>, usize) {
+    let mut out = vec![Pfn(0); 3];
+    let r = task.alloc_bulk(m, NodeId::new(0), AllocFlags::empty(), &mut out);
+    assert_eq!(r.placed, 3, "the machine has room");
+    (out, r.node_calls)
+}
+
+/// What two successive 3-page bulks of one fresh task give under tables `a` then `b`.
+fn planned(a: &Weights, b: &Weights) -> [[usize; 2]; 2] {
+    let mask = NodeMask::first_n(2);
+    let mut state = IlState::new();
+    let mut out = [[0; 2]; 2];
+    for (i, w) in [a, b].into_iter().enumerate() {
+        plan_bulk(&mut state, &mask, w, 3, |n, c| {
+            out[i][n.index()] = c as usize
+        });
+    }
+    out
+}
+
+/// Weights 1,2 give 3 fresh pages as 0, 1, 1 (1 and 2 pages); weights 2,1 give 0, 0, 1 (2 and
+/// 1). Any mix of the two tables inside one plan gives something else (3 and 0, say). The
+/// reader makes two bulks with one task: each is whole, and once it has seen the new table it
+/// never sees the old one again (there is one writer).
+#[test]
+fn weight_replacement_is_seen_whole_by_each_bulk() {
+    loom::model(|| {
+        let tiny = leak(Tiny::new(2, 32, &[]));
+        let mem = leak(SparseMem::default());
+        let m = Arc::new(tiny.boot(mem));
+        let old = Weights::new(&[1, 2]).expect("weights");
+        let new = Weights::new(&[2, 1]).expect("weights");
+        m.set_weights(old.clone());
+
+        // The replacing thread also allocates afterwards, with its own task: it must see the
+        // table it just installed.
+        let writer = {
+            let (m, new) = (m.clone(), new.clone());
+            loom::thread::spawn(move || {
+                m.set_weights(new);
+                bulk(&m, &mut task(&m))
+            })
+        };
+        let reader = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                let mut t = task(&m);
+                let first = bulk(&m, &mut t);
+                let second = bulk(&m, &mut t);
+                [first, second]
+            })
+        };
+        let (mine, mine_calls) = writer.join().expect("writer");
+        let theirs = reader.join().expect("reader");
+
+        assert_eq!(counts(&m, &mine), [2, 1], "the writer's own bulk");
+        assert_eq!(mine_calls, 2);
+        let seen = [counts(&m, &theirs[0].0), counts(&m, &theirs[1].0)];
+        let allowed = [
+            planned(&old, &old),
+            planned(&old, &new),
+            planned(&new, &new),
+        ];
+        assert!(
+            allowed.contains(&seen),
+            "a bulk saw a mix of two weight tables, or the old one after the new: {seen:?}"
+        );
+        for (frames, calls) in &theirs {
+            assert!(*calls <= 2);
+            m.free_bulk(frames).expect("own frames");
+        }
+        m.free_bulk(&mine).expect("own frames");
+        m.check_invariants().expect("invariants");
+    });
+}
