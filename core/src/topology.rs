@@ -349,7 +349,11 @@ impl<'a> Topology<'a> {
     /// `None` for a CPU-less node with none of these (no CPU node is reachable), or a node
     /// outside the topology.
     pub fn package_of(&self, node: NodeId) -> Option<u32> {
-        let cpu_package = |n: NodeId| self.info(n).socket.map_or(u32::from(u16::MAX) + 1 + n.index() as u32, u32::from);
+        let cpu_package = |n: NodeId| {
+            self.info(n)
+                .socket
+                .map_or(u32::from(u16::MAX) + 1 + n.index() as u32, u32::from)
+        };
         if !self.contains(node) {
             return None;
         }
@@ -363,7 +367,9 @@ impl<'a> Topology<'a> {
         if let Some(s) = info.socket {
             return Some(u32::from(s));
         }
-        self.nearest_nodes(node, &self.cpu_nodes()).first().map(cpu_package)
+        self.nearest_nodes(node, &self.cpu_nodes())
+            .first()
+            .map(cpu_package)
     }
 
     /// All nodes of `mask` at the minimum distance from `node` (Linux's `nearest_node` family,
