@@ -1,12 +1,18 @@
-//! `numaframe demo`: boots a simulated machine and shows what the allocator does with it.
+//! `numaframe demo`: boots a simulated machine and shows what the allocator does with it: the
+//! boot log, a huge-page reservation, every memory policy, the per-CPU caches and numastat.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Instant;
 
-use numaframe::{AllocFlags, BootOptions, Machine, NodeId, Order, Pfn};
+use numaframe::hugetlb::ReservationPlan;
+use numaframe::hugetlb::cmdline::{self, HugeSize};
+use numaframe::policy::{Policy, TaskPolicy, auto_weights};
+use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeMask, Order, Pfn};
 use serde_json::{Value, json};
 
 use crate::cli::CliError;
+use crate::hugepages::{default_threads, reserve};
 use crate::sim::Sim;
 use crate::spec::MachineSpec;
 
@@ -14,8 +20,56 @@ fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
-fn io(e: std::io::Error) -> CliError {
+fn internal(e: impl std::fmt::Display) -> CliError {
     CliError::Internal(e.to_string())
+}
+
+/// Pages per node of a set of frames.
+fn landed(machine: &Machine<'_>, frames: &[Pfn]) -> BTreeMap<usize, u64> {
+    let mut counts = BTreeMap::new();
+    for p in frames {
+        *counts
+            .entry(machine.node_of(*p).map_or(usize::MAX, NodeId::index))
+            .or_default() += 1;
+    }
+    counts
+}
+
+fn counts_text(counts: &BTreeMap<usize, u64>) -> String {
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(n, c)| format!("node {n}: {c}"))
+        .collect();
+    if parts.is_empty() {
+        "nothing".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// One row of the policy table.
+struct PolicyRun {
+    name: String,
+    cpu_node: NodeId,
+    counts: BTreeMap<usize, u64>,
+    node_calls: usize,
+}
+
+/// The huge-page command line the demo reserves: a quarter of each node's memory in 1 GiB pages
+/// where the node is big enough, and 512 2 MiB pages spread over the nodes.
+fn demo_cmdline(spec: &MachineSpec) -> String {
+    let gig: Vec<String> = spec
+        .nodes()
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.memory_bytes >= 8 << 30)
+        .map(|(i, n)| format!("{i}:{}", (n.memory_bytes >> 30) / 4))
+        .collect();
+    let mut line = String::from("hugepagesz=2M hugepages=512");
+    if !gig.is_empty() {
+        line = format!("hugepagesz=1G hugepages={} {line}", gig.join(","));
+    }
+    line
 }
 
 /// Runs the demo on `spec`, printing the boot log and the results as text or one JSON document.
@@ -23,20 +77,52 @@ fn io(e: std::io::Error) -> CliError {
 /// # Errors
 /// [`CliError::Internal`] if the machine cannot be simulated or booted.
 pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
-    let sim = Sim::new(spec).map_err(io)?;
+    let sim = Sim::new(spec).map_err(internal)?;
+    // One CPU per node with CPUs is enough to show the caches; the spec's CPU count is printed.
+    let cpus: Vec<NodeId> = (0..spec.len())
+        .filter(|i| !spec.nodes()[*i].cpus.is_empty())
+        .map(NodeId::new)
+        .collect();
     let t0 = Instant::now();
     let machine = sim
-        .boot(BootOptions::default())
-        .map_err(|e| CliError::Internal(format!("boot: {e}")))?;
+        .boot(BootOptions {
+            cpus: &cpus,
+            ..BootOptions::default()
+        })
+        .map_err(|e| internal(format!("boot: {e}")))?;
     let boot_ms = t0.elapsed().as_secs_f64() * 1e3;
     let total_bytes = spec.total_memory_bytes();
     let managed: u64 = machine.nodes().iter().map(|n| n.managed_pages()).sum();
     let reserved_bytes = total_bytes - managed * numaframe::PAGE_SIZE;
     let touched = sim.memory().resident_bytes();
-
     let mut fallback = Vec::new();
     machine.for_each_fallback_line(|line| fallback.push(line.to_string()));
-    let placements = local_allocations(&machine);
+
+    // Huge pages, reserved by parallel jobs as at boot.
+    let line = demo_cmdline(spec);
+    let config = cmdline::parse(&line).map_err(internal)?;
+    let mut plan = ReservationPlan::new(&config, &machine).map_err(internal)?;
+    let threads = default_threads();
+    let t1 = Instant::now();
+    reserve(&mut plan, &machine, threads);
+    let huge_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let huge_log: Vec<String> = plan
+        .report(&machine)
+        .lines()
+        .map(|l| l.to_string())
+        .collect();
+    let mut huge_pools = Vec::new();
+    for size in HugeSize::ALL {
+        let per_node: BTreeMap<usize, u64> = machine
+            .topology()
+            .node_ids()
+            .map(|n| (n.index(), machine.huge_counts(n, size).0))
+            .collect();
+        huge_pools.push((size, per_node));
+    }
+
+    let policies = run_policies(spec, &machine)?;
+    let pcp = per_cpu_round_trip(&machine);
 
     if json {
         let doc = json!({
@@ -49,10 +135,15 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
             "metadata_percent": 100.0 * reserved_bytes as f64 / total_bytes.max(1) as f64,
             "resident_bytes": touched,
             "fallback": fallback,
-            "placements": placements,
+            "hugepages": {
+                "cmdline": line, "threads": threads, "elapsed_ms": huge_ms, "log": huge_log,
+                "pools": huge_pools.iter().map(|(s, per)| json!({"size_kib": s.kib(), "per_node": per})).collect::<Vec<_>>(),
+            },
+            "policies": policies.iter().map(|p| json!({"policy": p.name, "cpu_node": p.cpu_node.index(), "counts": p.counts, "node_calls": p.node_calls})).collect::<Vec<_>>(),
+            "per_cpu": pcp,
             "numastat": numastat_json(&machine),
         });
-        writeln!(out, "{doc}").map_err(io)?;
+        writeln!(out, "{doc}").map_err(internal)?;
         return Ok(());
     }
     writeln!(
@@ -62,7 +153,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
         spec.len(),
         gib(total_bytes)
     )
-    .map_err(io)?;
+    .map_err(internal)?;
     for (i, node) in spec.nodes().iter().enumerate() {
         let cpus = if node.cpus.is_empty() {
             "no CPUs".to_string()
@@ -79,10 +170,10 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
         if let Some(bw) = node.bandwidth_gbps {
             line += &format!(", {bw} GB/s");
         }
-        writeln!(out, "{line}").map_err(io)?;
+        writeln!(out, "{line}").map_err(internal)?;
     }
     for line in &fallback {
-        writeln!(out, "{line}").map_err(io)?;
+        writeln!(out, "{line}").map_err(internal)?;
     }
     writeln!(
         out,
@@ -92,16 +183,43 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
         100.0 * reserved_bytes as f64 / total_bytes.max(1) as f64,
         touched as f64 / (1 << 20) as f64,
     )
-    .map_err(io)?;
+    .map_err(internal)?;
+
+    writeln!(out, "\nHuge pages from \"{line}\":").map_err(internal)?;
+    for l in &huge_log {
+        writeln!(out, "{l}").map_err(internal)?;
+    }
     writeln!(
         out,
-        "\nLocal allocations (1024 single pages, then a bulk of 4096, from each CPU node):"
+        "HugeTLB: allocation took {huge_ms:.2} ms with {threads} threads"
     )
-    .map_err(io)?;
-    for p in placements.as_array().into_iter().flatten() {
-        writeln!(out, "  cpu node {}: {}", p["cpu_node"], p["landed"]).map_err(io)?;
+    .map_err(internal)?;
+    for (size, per) in &huge_pools {
+        let row: Vec<String> = per.iter().map(|(n, c)| format!("{n}:{c}")).collect();
+        writeln!(
+            out,
+            "  {} pool per node: {}",
+            cmdline::format_size(*size),
+            row.join(" ")
+        )
+        .map_err(internal)?;
     }
-    writeln!(out, "\nnumastat:").map_err(io)?;
+
+    writeln!(out, "\nPolicies (a bulk of 4096 pages each, then freed):").map_err(internal)?;
+    for p in &policies {
+        writeln!(
+            out,
+            "  {:<66} from node {}: {} ({} node calls)",
+            p.name,
+            p.cpu_node,
+            counts_text(&p.counts),
+            p.node_calls
+        )
+        .map_err(internal)?;
+    }
+    writeln!(out, "\nPer-CPU caches: {pcp}").map_err(internal)?;
+
+    writeln!(out, "\nnumastat:").map_err(internal)?;
     writeln!(
         out,
         "  {:>5} {:>10} {:>10} {:>12} {:>14} {:>10} {:>10}",
@@ -113,7 +231,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
         "local_node",
         "other_node"
     )
-    .map_err(io)?;
+    .map_err(internal)?;
     for id in machine.topology().node_ids() {
         let s = machine.numastat(id).unwrap_or_default();
         writeln!(
@@ -127,48 +245,110 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
             s.local_node,
             s.other_node
         )
-        .map_err(io)?;
+        .map_err(internal)?;
     }
     Ok(())
 }
 
-/// From each CPU node: 1024 single-page allocations and one bulk of 4096, freed again.
-fn local_allocations(machine: &Machine<'_>) -> Value {
-    let mut rows = Vec::new();
-    for cpu in machine
-        .topology()
-        .node_ids()
-        .filter(|n| machine.topology().info(*n).has_cpus)
-    {
-        let mut frames: Vec<Pfn> = (0..1024)
-            .filter_map(|_| machine.alloc(cpu, Order::ZERO, AllocFlags::empty()))
-            .collect();
-        let mut bulk = vec![Pfn(0); 4096];
-        let got = machine.alloc_bulk(cpu, AllocFlags::empty(), &mut bulk);
-        frames.extend_from_slice(&bulk[..got]);
-        rows.push(json!({ "cpu_node": cpu.index(), "landed": landed(machine, &frames) }));
-        for p in frames {
-            machine
-                .free(p, Order::ZERO)
-                .expect("frames the demo allocated");
-        }
+/// Every policy once, from the first CPU node; weighted interleave flat and socket-aware from
+/// every CPU node. Each bulk is freed again.
+fn run_policies(spec: &MachineSpec, machine: &Machine<'_>) -> Result<Vec<PolicyRun>, CliError> {
+    let topo = machine.topology();
+    let memory = machine.memory_nodes();
+    let cpu_nodes: Vec<NodeId> = topo.node_ids().filter(|n| topo.info(*n).has_cpus).collect();
+    let Some(&home) = cpu_nodes.first() else {
+        return Ok(Vec::new());
+    };
+    let other = memory.iter().find(|n| *n != home).unwrap_or(home);
+    let far = NodeMask::from_nodes(memory.iter().filter(|n| *n != home));
+    let far = if far.is_empty() { memory } else { far };
+    let with_bw = spec
+        .nodes()
+        .iter()
+        .all(|n| n.memory_bytes == 0 || n.bandwidth_gbps.is_some());
+    if with_bw && let Ok(w) = auto_weights(topo, &memory) {
+        machine.set_weights(w);
     }
-    Value::Array(rows)
+    let weights_name = if with_bw { "auto weights" } else { "weights 1" };
+    let mut runs: Vec<(String, NodeId, Policy, bool)> = vec![
+        ("Local".into(), home, Policy::Local, false),
+        (
+            format!("Preferred({other})"),
+            home,
+            Policy::Preferred(other),
+            false,
+        ),
+        (
+            format!("PreferredMany({far:?})"),
+            home,
+            Policy::PreferredMany(far),
+            false,
+        ),
+        (format!("Bind({far:?})"), home, Policy::Bind(far), false),
+        (
+            format!("Interleave({memory:?})"),
+            home,
+            Policy::Interleave(memory),
+            false,
+        ),
+    ];
+    for &cpu in &cpu_nodes {
+        runs.push((
+            format!("WeightedInterleave({memory:?}), {weights_name}"),
+            cpu,
+            Policy::WeightedInterleave(memory),
+            false,
+        ));
+        runs.push((
+            format!("WeightedInterleave({memory:?}), {weights_name}, socket-aware"),
+            cpu,
+            Policy::WeightedInterleave(memory),
+            true,
+        ));
+    }
+    let mut rows = Vec::new();
+    let mut frames = vec![Pfn(0); 4096];
+    for (name, cpu, policy, socket_aware) in runs {
+        let mut task = TaskPolicy::new(machine, policy, socket_aware).map_err(internal)?;
+        let r = task.alloc_bulk(machine, cpu, AllocFlags::empty(), &mut frames);
+        rows.push(PolicyRun {
+            name,
+            cpu_node: cpu,
+            counts: landed(machine, &frames[..r.placed]),
+            node_calls: r.node_calls,
+        });
+        machine.free_bulk(&frames[..r.placed]).map_err(internal)?;
+    }
+    Ok(rows)
 }
 
-/// Pages per node, as a JSON object keyed by node id.
-fn landed(machine: &Machine<'_>, frames: &[Pfn]) -> Value {
-    let mut counts = std::collections::BTreeMap::<usize, u64>::new();
-    for p in frames {
-        *counts
-            .entry(machine.node_of(*p).map_or(usize::MAX, NodeId::index))
-            .or_default() += 1;
+/// Each registered CPU allocates and frees 1000 order-0 frames through its cache.
+fn per_cpu_round_trip(machine: &Machine<'_>) -> String {
+    let mut held = Vec::new();
+    let mut parts = Vec::new();
+    for i in 0..machine.cpu_count() {
+        let Some(cpu) = machine.cpu(i) else { continue };
+        let frames: Vec<Pfn> = (0..1000)
+            .filter_map(|_| machine.alloc_cpu(cpu, Order::ZERO, AllocFlags::empty()))
+            .collect();
+        parts.push(format!(
+            "{cpu} on node {}: {}",
+            machine.cpu_node(cpu).map_or(0, NodeId::index),
+            counts_text(&landed(machine, &frames))
+        ));
+        held.push((cpu, frames));
     }
-    Value::Object(
-        counts
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), Value::from(v)))
-            .collect(),
+    for (cpu, frames) in held {
+        for p in frames {
+            // The demo frees exactly the frames it allocated.
+            let _ = machine.free_cpu(cpu, p, Order::ZERO);
+        }
+    }
+    let cached = machine.cached_pages();
+    machine.drain_all();
+    format!(
+        "{}; {cached} frames left cached, then drained",
+        parts.join("; ")
     )
 }
 
