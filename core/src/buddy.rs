@@ -116,12 +116,10 @@ impl FreeArea {
     fn push(&mut self, sp: &SpanList, span: &Span, pfn: Pfn, order: Order) {
         let k = order.index();
         let head = self.heads[k];
-        span.set_tag(pfn, tag::FREE | u32::from(order.get()));
-        span.set_next(pfn, head);
-        span.set_prev(pfn, NIL);
+        span.set_entry(pfn, tag::FREE | u32::from(order.get()), head, NIL);
         if head != NIL {
             let h = self.pfn(head);
-            span_for(sp, h).set_prev(h, self.idx(pfn));
+            near(sp, span, h).set_prev(h, self.idx(pfn));
         }
         self.heads[k] = self.idx(pfn);
         self.counts[k] += 1;
@@ -135,11 +133,11 @@ impl FreeArea {
             self.heads[order.index()] = next;
         } else {
             let p = self.pfn(prev);
-            span_for(sp, p).set_next(p, next);
+            near(sp, span, p).set_next(p, next);
         }
         if next != NIL {
             let n = self.pfn(next);
-            span_for(sp, n).set_prev(n, prev);
+            near(sp, span, n).set_prev(n, prev);
         }
         span.set_tag(pfn, 0);
         self.counts[order.index()] -= 1;
@@ -395,6 +393,15 @@ impl FreeArea {
             }
         }
         Ok(())
+    }
+}
+
+/// The span of `pfn`, trying `span` first: list neighbours mostly share a span.
+fn near(sp: &SpanList, span: &Span, pfn: Pfn) -> Span {
+    if span.range().contains(pfn) {
+        *span
+    } else {
+        span_for(sp, pfn)
     }
 }
 

@@ -364,6 +364,20 @@ impl Span {
         }
     }
 
+    /// Writes the whole entry of `pfn` (a block head going onto a free list), preparing it once.
+    /// The caller holds the zone lock.
+    pub(crate) fn set_entry(&self, pfn: Pfn, tag: u32, next: u32, prev: u32) {
+        self.prepare(pfn);
+        // SAFETY: the entry is valid after `prepare`; links are only accessed under the zone
+        // lock, and the tag only atomically. Release: as in `set_tag`.
+        unsafe {
+            let e = self.entry(pfn);
+            (*e).next = next;
+            (*e).prev = prev;
+            (*e).tag.store(tag, Ordering::Release);
+        }
+    }
+
     /// Sets the `next` link of `pfn`. The caller holds the zone lock.
     pub(crate) fn set_next(&self, pfn: Pfn, next: u32) {
         self.prepare(pfn);
