@@ -3,8 +3,15 @@
 use std::process::Command;
 
 fn demo(preset: &str) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_numaframe")).args(["demo", "--preset", preset, "--json"]).output().unwrap();
-    assert!(out.status.success(), "{preset}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_numaframe"))
+        .args(["demo", "--preset", preset, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{preset}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -15,16 +22,28 @@ fn every_preset_boots_and_accounts_for_its_memory() {
         let total = d["memory_bytes"].as_u64().unwrap();
         let managed = d["managed_pages"].as_u64().unwrap() * 4096;
         let metadata = d["metadata_bytes"].as_u64().unwrap();
-        assert_eq!(managed + metadata, total, "{preset}: managed + reserved = memory");
+        assert_eq!(
+            managed + metadata,
+            total,
+            "{preset}: managed + reserved = memory"
+        );
         assert!(d["fallback"].as_array().unwrap().len() == d["nodes"].as_u64().unwrap() as usize);
         // Per-frame metadata is 12 bytes per 4 KiB frame plus anchors: well under 0.4% once
         // nodes are large (the 48 MiB nodes of fake-64 also pay for the machine's tables).
         if total >= 64 << 30 {
-            assert!(metadata * 1000 < total * 4, "{preset}: metadata {metadata} of {total}");
+            assert!(
+                metadata * 1000 < total * 4,
+                "{preset}: metadata {metadata} of {total}"
+            );
         }
         // Every policy bulk placed all its pages.
         for p in d["policies"].as_array().unwrap() {
-            let placed: u64 = p["counts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+            let placed: u64 = p["counts"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_u64().unwrap())
+                .sum();
             assert_eq!(placed, 4096, "{preset}: {}", p["policy"]);
         }
     }
@@ -35,7 +54,11 @@ fn twelve_terabytes_touch_almost_nothing() {
     let d = demo("12tb-2node");
     assert_eq!(d["memory_bytes"].as_u64().unwrap(), 12 << 40);
     // Booting writes one anchor per 1 GiB block: the simulated machine stays a few MiB resident.
-    assert!(d["resident_bytes"].as_u64().unwrap() < 64 << 20, "{}", d["resident_bytes"]);
+    assert!(
+        d["resident_bytes"].as_u64().unwrap() < 64 << 20,
+        "{}",
+        d["resident_bytes"]
+    );
     let gig = &d["hugepages"]["pools"][1];
     assert_eq!(gig["size_kib"], 1 << 20);
 }
