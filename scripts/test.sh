@@ -29,6 +29,27 @@ for target in x86_64-unknown-none aarch64-unknown-none; do
   cargo build -p numaframe --locked --all-features --target "$target" --quiet
 done
 
+step "unikernel: qemu-system-aarch64, clippy and the aarch64 ELF for the QEMU tests"
+# tests/tests/qemu.rs and fdt.rs boot QEMU's aarch64 `virt` machine; they fail (not skip)
+# without it. Debian's qemu-system-arm provides qemu-system-aarch64.
+if ! command -v qemu-system-aarch64 >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-arm >/dev/null
+  else
+    echo "error: qemu-system-aarch64 is missing: install the Debian package qemu-system-arm" >&2
+    exit 1
+  fi
+fi
+qemu-system-aarch64 --version | head -n 1
+cargo clippy -p numaframe-unikernel --locked --target aarch64-unknown-none --all-features -- -D warnings
+# The QEMU tests build into these target directories themselves (their own, so they do not wait
+# for the lock the running `cargo test` holds); building here first keeps that a no-op.
+CARGO_TARGET_DIR=target/unikernel cargo build -p numaframe-unikernel --locked --release \
+  --target aarch64-unknown-none --quiet
+CARGO_TARGET_DIR=target/unikernel-defmt cargo build -p numaframe-unikernel --locked --release \
+  --target aarch64-unknown-none --features defmt --quiet
+
 step "workspace tests and doctests"
 cargo test --workspace --locked --release
 
