@@ -412,9 +412,25 @@ mod tests {
     }
 
     /// Every configuration over 4 nodes: masks, weights 1..=3, initial states.
+    const ALL_MASKS: [u8; 1 << N] = {
+        let mut m = [0u8; 1 << N];
+        let mut i = 0;
+        while i < m.len() {
+            m[i] = i as u8;
+            i += 1;
+        }
+        m
+    };
+
     fn for_all_small(mut f: impl FnMut(u8, [u8; N], usize, u8)) {
-        for mask in 0u8..(1 << N) {
-            for code in 0..3usize.pow(N as u32) {
+        // Miri interprets ~5000x slower: it checks two masks with one uneven weight table.
+        let (masks, codes) = if cfg!(miri) {
+            (&[0b0101u8, 0b1111][..], 41..42)
+        } else {
+            (&ALL_MASKS[..], 0..3usize.pow(N as u32))
+        };
+        for &mask in masks {
+            for code in codes.clone() {
                 let mut weights = [0u8; N];
                 for (i, w) in weights.iter_mut().enumerate() {
                     *w = (code / 3usize.pow(i as u32) % 3) as u8 + 1;

@@ -72,7 +72,10 @@ pub struct MemoryRange {
 /// Where a span of frames lives, for the pfn → zone lookup.
 #[derive(Clone, Copy, Debug, Default)]
 struct SpanRef {
+    /// The frames the zone manages.
     range: PhysRange,
+    /// The frames the machine took for it, metadata included.
+    whole: PhysRange,
     node: NodeId,
     zone: u8,
 }
@@ -95,10 +98,11 @@ impl Layout<'_> {
         live.get(i).filter(|s| s.range.contains(pfn)).copied()
     }
 
+    /// `true` if `range` overlaps memory the machine already has, metadata and tables included.
     fn overlaps(&self, range: PhysRange) -> bool {
         self.index[..self.spans]
             .iter()
-            .any(|s| s.range.overlaps(&range))
+            .any(|s| s.whole.overlaps(&range))
     }
 
     fn insert(&mut self, r: SpanRef) -> Result<(), BootError> {
@@ -132,6 +136,8 @@ struct Piece {
     node: NodeId,
     usable: PhysRange,
     meta: PhysRange,
+    /// Everything the piece takes: usable frames, metadata, and any tables carved from it.
+    whole: PhysRange,
 }
 
 /// Splits `range` at 4 GiB and reserves each part's metadata from its own end.
@@ -165,7 +171,12 @@ fn pieces(
         if usable.is_empty() {
             return Err(bad);
         }
-        f(Piece { node, usable, meta })?;
+        f(Piece {
+            node,
+            usable,
+            meta,
+            whole: part,
+        })?;
     }
     Ok(())
 }
@@ -222,7 +233,9 @@ impl<'a> Machine<'a> {
                 Ok(())
             })?;
         }
-        let cap = npieces + opts.hotplug_slots;
+        let cap = npieces
+            .checked_add(opts.hotplug_slots)
+            .ok_or(BootError::NoBootMemory)?;
         let table_bytes = n * size_of::<Node>()
             + n * n * size_of::<NodeId>()
             + n * (2 + 4 + 8)
@@ -297,12 +310,22 @@ impl<'a> Machine<'a> {
         };
         {
             let mut layout = machine.layout.write();
-            for r in ranges {
+            // In ascending address order, whatever order the platform listed them in: a zone's
+            // frame indices count from its lowest range.
+            let mut last: Option<Pfn> = None;
+            while let Some(r) = ranges
+                .iter()
+                .filter(|r| last.is_none_or(|l| r.range.start > l))
+                .min_by_key(|r| r.range.start)
+            {
+                last = Some(r.range.start);
                 pieces(r.node, r.range, |mut p| {
                     if p.usable.overlaps(&tables) {
                         p.usable.end = tables.start;
                     }
-                    machine.add_piece(&mut layout, mem, p)
+                    machine.check_piece(&layout, &p, 0)?;
+                    let span = Self::map_piece(mem, &p)?;
+                    machine.commit_piece(&mut layout, &p, span)
                 })?;
             }
             machine.rebuild(&mut layout, opts.fallback);
@@ -310,28 +333,39 @@ impl<'a> Machine<'a> {
         Ok(machine)
     }
 
-    fn add_piece<M: PhysMemory + ?Sized>(
-        &self,
-        layout: &mut Layout<'a>,
-        mem: &'a M,
-        p: Piece,
-    ) -> Result<(), BootError> {
+    /// Checks that a piece can join its zone and the span index; changes nothing.
+    fn check_piece(&self, layout: &Layout<'a>, p: &Piece, extra: usize) -> Result<(), BootError> {
         let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start));
-        let mut inner = zone.inner.lock();
-        if !inner.area.can_add(&zone.spans, p.usable) || p.usable.is_empty() {
+        if p.usable.is_empty() || !zone.inner.lock().area.can_add(&zone.spans, p.usable) {
             return Err(BootError::BadRange {
                 start: p.usable.start,
             });
         }
-        if layout.spans == layout.index.len() {
+        if layout.spans + extra >= layout.index.len() {
             return Err(BootError::TooManyRanges);
         }
-        let span = Span::map(mem, p.usable, p.meta).ok_or(BootError::MapFailed {
+        Ok(())
+    }
+
+    /// Maps a piece's metadata; the allocator's state is unchanged.
+    fn map_piece<M: PhysMemory + ?Sized>(mem: &'a M, p: &Piece) -> Result<Span, BootError> {
+        Span::map(mem, p.usable, p.meta).ok_or(BootError::MapFailed {
             start: p.meta.start,
-        })?;
-        inner.area.add_span(&zone.spans, span);
+        })
+    }
+
+    /// Hands a checked and mapped piece to its zone and the span index.
+    fn commit_piece(
+        &self,
+        layout: &mut Layout<'a>,
+        p: &Piece,
+        span: Span,
+    ) -> Result<(), BootError> {
+        let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start));
+        zone.inner.lock().area.add_span(&zone.spans, span);
         layout.insert(SpanRef {
             range: p.usable,
+            whole: p.whole,
             node: p.node,
             zone: zone.kind().index() as u8,
         })?;
@@ -382,21 +416,20 @@ impl<'a> Machine<'a> {
         if layout.overlaps(range) {
             return Err(BootError::Overlap { start: range.start });
         }
-        let mut need = 0;
+        // Check and map every piece before changing anything, so a failure leaves the machine
+        // as it was (a mapping the platform made stays with the platform).
+        let mut staged: [Option<(Piece, Span)>; 2] = [None, None];
+        let mut k = 0;
         pieces(node, range, |p| {
-            let zone = self.nodes[node.index()].zone(ZoneKind::of(p.usable.start));
-            if !zone.inner.lock().area.can_add(&zone.spans, p.usable) {
-                return Err(BootError::BadRange {
-                    start: p.usable.start,
-                });
-            }
-            need += 1;
+            self.check_piece(&layout, &p, k)?;
+            let span = Self::map_piece(mem, &p)?;
+            staged[k] = Some((p, span));
+            k += 1;
             Ok(())
         })?;
-        if layout.spans + need > layout.index.len() {
-            return Err(BootError::TooManyRanges);
+        for (p, span) in staged.into_iter().flatten() {
+            self.commit_piece(&mut layout, &p, span)?;
         }
-        pieces(node, range, |p| self.add_piece(&mut layout, mem, p))?;
         self.rebuild(&mut layout, opts);
         Ok(())
     }

@@ -238,7 +238,10 @@ pub fn packages(spec: &MachineSpec) -> Vec<usize> {
     let n = spec.len();
     // Keys from the core's rule; a node with no package gets a key of its own above them.
     let keys: Vec<u64> = (0..n)
-        .map(|i| topo.package_of(NodeId::new(i)).map_or(u64::from(u32::MAX) + 1 + i as u64, u64::from))
+        .map(|i| {
+            topo.package_of(NodeId::new(i))
+                .map_or(u64::from(u32::MAX) + 1 + i as u64, u64::from)
+        })
         .collect();
     let mut dense: Vec<u64> = Vec::new();
     keys.iter()
