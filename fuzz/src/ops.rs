@@ -1,0 +1,1070 @@
+//! The `ops` target: operation sequences against a small machine, checked after every
+//! operation against a reference model.
+//!
+//! The model is a map of the blocks handed out (start frame → order, kind, node). It is the
+//! oracle for every free: a free is valid exactly when the model holds a block of that order and
+//! kind at that frame (and, for a per-CPU free, the CPU is the machine's). A valid free must
+//! succeed; anything else is misuse and must return `Err` with the allocator's counters (free
+//! pages, buddyinfo, pools, caches) unchanged. Every allocation must hand out an aligned block
+//! owned by the machine that overlaps no block the model holds.
+//!
+//! After every operation, `check_invariants()` must pass and every frame must be accounted for
+//! exactly once: `free + cached + handed-out small blocks + pool pages == managed`. At the end
+//! everything is given back, and every zone's buddyinfo must return to its fully merged state.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use arbitrary::{Arbitrary, Unstructured};
+use numaframe::addr::NR_ORDERS;
+use numaframe::hugetlb::cmdline::HugeSize;
+use numaframe::interleave::{IlState, Weights};
+use numaframe::policy::{Policy, TaskPolicy};
+use numaframe::zonelist::FallbackOptions;
+use numaframe::{
+    AllocFlags, BootError, BootOptions, CpuId, FreeError, Machine, MemoryRange, NodeId, NodeInfo,
+    NodeMask, Order, PcpConfig, Pfn, PhysRange, PolicyError, Topology, ZoneKind,
+};
+
+use crate::mem::HeapMem;
+
+/// Nodes of the machine: 0 and 1 with CPUs and memory, 2 CPU-less and memoryless at boot
+/// (initiator 0), the target of hot-adds. Ids 3.. are unknown to it.
+pub const NODES: usize = 3;
+const DISTANCES: [u8; NODES * NODES] = [10, 20, 14, 20, 10, 24, 14, 24, 10];
+/// The node of each CPU registered at boot.
+const CPU_NODES: [usize; 3] = [0, 1, 0];
+/// How many CPUs the donor machine registers: the ones past `CPU_NODES.len()` are unknown to
+/// the fuzzed machine.
+const DONOR_CPUS: usize = 6;
+/// 4 GiB, where `Dma32` ends.
+const DMA32_END: u64 = 1 << 20;
+/// The largest physical frame numaframe accepts (2^52 bytes... of frames, see `BootError`).
+const PFN_LIMIT: u64 = 1 << 52;
+/// Most operations one input runs.
+const MAX_OPS: usize = 256;
+
+/// The machine shapes an input can pick, as `(node, start, frames)` ranges.
+const SHAPES: [&[(usize, u64, u64)]; 3] = [
+    // Node 0 straddles 4 GiB (a `Dma32` and a `Normal` piece); node 1 is 2 MiB aligned.
+    &[(0, DMA32_END - 1500, 2800), (1, 2 * DMA32_END, 3000)],
+    // Unaligned, two ranges on node 1 in one zone.
+    &[(0, 3, 2100), (1, 4096 + 7, 1300), (1, 8192 + 512, 1024)],
+    // Node 1 holds one 1 GiB block (and a bit): gigantic pages, lazy section metadata.
+    &[(0, 0, 3000), (1, DMA32_END, (1 << 18) + 2000)],
+];
+
+/// Everything an input decodes to.
+#[derive(Arbitrary, Debug)]
+pub struct Input {
+    shape: u8,
+    /// The byte fresh metadata regions are filled with.
+    fill: u8,
+    min_free: u8,
+    pcp: (u16, u16),
+    ops: Vec<Op>,
+}
+
+/// One operation. Node, CPU and order fields are reduced into range (and a bit beyond, for the
+/// unknown ones) by the harness.
+#[allow(missing_docs)]
+#[derive(Arbitrary, Debug, Clone)]
+pub enum Op {
+    Alloc {
+        node: u8,
+        order: u8,
+        flags: u8,
+    },
+    AllocFrom {
+        cpu_node: u8,
+        node: u8,
+        order: u8,
+        flags: u8,
+    },
+    AllocBulk {
+        node: u8,
+        n: u16,
+        flags: u8,
+    },
+    AllocCpu {
+        cpu: u8,
+        order: u8,
+        flags: u8,
+    },
+    /// Frees a block the model holds, through `via`, possibly with a wrong order or frame.
+    Free {
+        pick: u16,
+        via: u8,
+        mutate: u8,
+    },
+    /// Frees an arbitrary frame near an interesting address.
+    FreeRaw {
+        anchor: u8,
+        offset: i32,
+        order: u8,
+        via: u8,
+    },
+    /// Frees again a block freed earlier.
+    FreeAgain {
+        pick: u16,
+        via: u8,
+    },
+    /// Frees several order-0 blocks at once; `bad` slips in a misuse.
+    FreeBulk {
+        picks: Vec<u16>,
+        bad: Option<(u8, u16)>,
+    },
+    DrainCpu {
+        cpu: u8,
+    },
+    DrainAll,
+    SetPcp {
+        batch: u16,
+        high: u16,
+    },
+    NewPolicy {
+        slot: bool,
+        mode: u8,
+        mask: u8,
+        node: u8,
+        socket_aware: bool,
+    },
+    PolicyAlloc {
+        slot: bool,
+        cpu_node: u8,
+        order: u8,
+        flags: u8,
+    },
+    PolicyBulk {
+        slot: bool,
+        cpu_node: u8,
+        n: u16,
+        flags: u8,
+    },
+    PolicyHuge {
+        slot: bool,
+        cpu_node: u8,
+        gig: bool,
+    },
+    SetIlState {
+        slot: bool,
+        prev: u16,
+        left: u8,
+    },
+    SetWeights {
+        weights: Vec<u8>,
+    },
+    AutoWeights {
+        bandwidths: Vec<Option<u32>>,
+        mask: u8,
+    },
+    Reserve {
+        node: u8,
+        gig: bool,
+        count: u8,
+    },
+    AllocHuge {
+        node: u8,
+        gig: bool,
+    },
+    FreeHuge {
+        pick: u16,
+        gig: bool,
+        mutate: u8,
+    },
+    Release {
+        node: u8,
+        gig: bool,
+        count: u8,
+    },
+    HotAdd {
+        node: u8,
+        anchor: u8,
+        offset: i32,
+        len: u32,
+        scale: u8,
+        boot_order: bool,
+    },
+}
+
+/// What kind of block the model holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Small,
+    Huge(HugeSize),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    order: Order,
+    kind: Kind,
+}
+
+/// How a free is made.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Free,
+    Cpu(CpuId),
+    Bulk,
+    Huge(HugeSize),
+}
+
+/// The counters a misuse must leave unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Snap {
+    /// Per node and zone: free pages, managed pages, buddyinfo.
+    zones: Vec<(u64, u64, [u64; NR_ORDERS])>,
+    /// Per node and size: pool (total, free).
+    pools: Vec<(u64, u64)>,
+    cached: u64,
+    memory_nodes: NodeMask,
+}
+
+fn snap(m: &Machine<'_>) -> Snap {
+    let mut zones = Vec::new();
+    let mut pools = Vec::new();
+    for node in m.nodes() {
+        for kind in ZoneKind::ALL {
+            let z = node.zone(kind);
+            let (free, managed, _) = z.counters();
+            zones.push((free, managed, z.buddyinfo()));
+        }
+        for size in HugeSize::ALL {
+            pools.push(m.huge_counts(node.id(), size));
+        }
+    }
+    Snap {
+        zones,
+        pools,
+        cached: m.cached_pages(),
+        memory_nodes: m.memory_nodes(),
+    }
+}
+
+/// CPU ids of a donor machine with more CPUs: those past the fuzzed machine's are unknown to it.
+fn donor_cpus() -> &'static [CpuId] {
+    static CPUS: OnceLock<Vec<CpuId>> = OnceLock::new();
+    CPUS.get_or_init(|| {
+        let mem = HeapMem::new(0);
+        let infos = [NodeInfo {
+            has_cpus: true,
+            has_memory: true,
+            ..NodeInfo::default()
+        }];
+        let topo = Topology::new(&[10], &infos).expect("one-node topology");
+        let ranges = [MemoryRange {
+            node: NodeId::new(0),
+            range: PhysRange::new(Pfn(0), Pfn(4096)).expect("range"),
+        }];
+        let cpus = [NodeId::new(0); DONOR_CPUS];
+        let opts = BootOptions {
+            cpus: &cpus,
+            ..BootOptions::default()
+        };
+        let m = Machine::boot(topo, &mem, &ranges, opts).expect("donor boots");
+        (0..DONOR_CPUS).filter_map(|i| m.cpu(i)).collect()
+    })
+}
+
+fn order_of(x: u8) -> Order {
+    Order::try_new(x % (numaframe::MAX_ORDER + 1)).unwrap_or(Order::ZERO)
+}
+
+fn flags_of(x: u8) -> AllocFlags {
+    AllocFlags::from_bits_truncate(u32::from(x))
+}
+
+fn size_of(gig: bool) -> HugeSize {
+    if gig {
+        HugeSize::Size1G
+    } else {
+        HugeSize::Size2M
+    }
+}
+
+/// A node id: mostly the machine's, sometimes one it does not have.
+fn node_of(x: u8) -> NodeId {
+    NodeId::new(usize::from(x) % (NODES + 2))
+}
+
+/// Runs one input; panics on any broken promise.
+pub fn run(data: &[u8]) {
+    if let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) {
+        run_input(&input);
+    }
+}
+
+/// Runs one decoded input; panics on any broken promise.
+pub fn run_input(input: &Input) {
+    let shape = SHAPES[usize::from(input.shape) % SHAPES.len()];
+    let infos = [
+        NodeInfo {
+            has_cpus: true,
+            has_memory: true,
+            ..NodeInfo::default()
+        },
+        NodeInfo {
+            has_cpus: true,
+            has_memory: true,
+            ..NodeInfo::default()
+        },
+        NodeInfo {
+            initiator: Some(NodeId::new(0)),
+            ..NodeInfo::default()
+        },
+    ];
+    let ranges: Vec<MemoryRange> = shape
+        .iter()
+        .map(|&(node, start, frames)| MemoryRange {
+            node: NodeId::new(node),
+            range: PhysRange::new(Pfn(start), Pfn(start + frames)).expect("shape range"),
+        })
+        .collect();
+    let cpu_nodes = CPU_NODES.map(NodeId::new);
+    let mem = HeapMem::new(input.fill);
+    let topo = Topology::new(&DISTANCES, &infos).expect("fixed topology");
+    let opts = BootOptions {
+        cpus: &cpu_nodes,
+        pcp: PcpConfig {
+            batch: u32::from(input.pcp.0 % 300),
+            high: u32::from(input.pcp.1 % 600),
+        },
+        min_free_kbytes: match input.min_free % 3 {
+            0 => None,
+            1 => Some(0),
+            _ => Some(u64::from(input.min_free) * 4),
+        },
+        ..BootOptions::default()
+    };
+    let m = Machine::boot(topo, &mem, &ranges, opts).expect("the fixed shapes boot");
+    m.check_invariants().expect("invariants after boot");
+    let mut h = Harness::new(&m, &mem, &ranges);
+    h.check();
+    for op in input.ops.iter().take(MAX_OPS) {
+        h.apply(op);
+        h.check();
+    }
+    h.teardown();
+}
+
+struct Harness<'m, 'a> {
+    m: &'m Machine<'a>,
+    mem: &'a HeapMem,
+    model: BTreeMap<u64, Block>,
+    /// Blocks freed earlier, for double frees.
+    freed: Vec<(Pfn, Order, Kind)>,
+    /// Every range given to the machine, at boot or by a successful hot-add.
+    present: Vec<PhysRange>,
+    /// Interesting frame numbers for raw frees and hot-adds.
+    anchors: Vec<u64>,
+    /// Per zone: the buddyinfo when everything is free (boot, plus what hot-adds added).
+    full: Vec<[u64; NR_ORDERS]>,
+    /// The machine's CPUs, then CPUs it does not know.
+    cpus: Vec<CpuId>,
+    known_cpus: usize,
+    policies: [Option<TaskPolicy>; 2],
+}
+
+impl<'m, 'a> Harness<'m, 'a> {
+    fn new(m: &'m Machine<'a>, mem: &'a HeapMem, ranges: &[MemoryRange]) -> Self {
+        let boot = snap(m);
+        let present: Vec<PhysRange> = ranges.iter().map(|r| r.range).collect();
+        let mut anchors = vec![0, DMA32_END, 3 * DMA32_END, 1 << 40, PFN_LIMIT - 64];
+        for r in &present {
+            anchors.push(r.start.get());
+            anchors.push(r.end.get());
+        }
+        let known_cpus = m.cpu_count();
+        let mut cpus: Vec<CpuId> = (0..known_cpus).filter_map(|i| m.cpu(i)).collect();
+        cpus.extend(donor_cpus().iter().skip(known_cpus));
+        Harness {
+            m,
+            mem,
+            model: BTreeMap::new(),
+            freed: Vec::new(),
+            present,
+            anchors,
+            full: boot.zones.iter().map(|z| z.2).collect(),
+            cpus,
+            known_cpus,
+            policies: [None, None],
+        }
+    }
+
+    fn cpu(&self, x: u8) -> (CpuId, bool) {
+        let i = usize::from(x) % self.cpus.len();
+        (self.cpus[i], i < self.known_cpus)
+    }
+
+    /// The `pick`-th block of the model (wrapping), if any.
+    fn pick(&self, pick: u16, filter: impl Fn(&Block) -> bool) -> Option<(Pfn, Block)> {
+        let n = self.model.values().filter(|b| filter(b)).count();
+        if n == 0 {
+            return None;
+        }
+        self.model
+            .iter()
+            .filter(|(_, b)| filter(b))
+            .nth(usize::from(pick) % n)
+            .map(|(&p, &b)| (Pfn(p), b))
+    }
+
+    /// Records a block the machine handed out, checking it is aligned, owned by one node, and
+    /// overlaps nothing handed out before.
+    fn took(&mut self, pfn: Pfn, order: Order, kind: Kind) -> NodeId {
+        assert!(pfn.is_aligned(order), "{pfn:?} is not aligned to {order:?}");
+        let node = self
+            .m
+            .node_of(pfn)
+            .unwrap_or_else(|| panic!("handed out {pfn:?}, which the machine does not own"));
+        let last = Pfn(pfn.get() + order.frames() - 1);
+        assert_eq!(
+            self.m.node_of(last),
+            Some(node),
+            "block {pfn:?}/{order:?} leaves its node"
+        );
+        if let Some((&s, b)) = self.model.range(..=pfn.get()).next_back() {
+            assert!(
+                s + b.order.frames() <= pfn.get(),
+                "{pfn:?}/{order:?} handed out while {:?}/{:?} is still out",
+                Pfn(s),
+                b.order
+            );
+        }
+        if let Some((&s, b)) = self.model.range(pfn.get()..).next() {
+            assert!(
+                s >= pfn.get() + order.frames(),
+                "{pfn:?}/{order:?} handed out while {:?}/{:?} is still out",
+                Pfn(s),
+                b.order
+            );
+        }
+        self.model.insert(pfn.get(), Block { order, kind });
+        node
+    }
+
+    fn took_flags(&mut self, pfn: Pfn, order: Order, flags: AllocFlags, preferred: NodeId) {
+        let node = self.took(pfn, order, Kind::Small);
+        if flags.contains(AllocFlags::THISNODE) {
+            assert_eq!(node, preferred, "THISNODE allocation left the node");
+        }
+        if flags.contains(AllocFlags::DMA32) {
+            assert!(
+                pfn.get() + order.frames() <= DMA32_END,
+                "DMA32 allocation {pfn:?} above 4 GiB"
+            );
+        }
+    }
+
+    fn apply(&mut self, op: &Op) {
+        let m = self.m;
+        match *op {
+            Op::Alloc { node, order, flags } => {
+                let (node, order, flags) = (node_of(node), order_of(order), flags_of(flags));
+                let got = m.alloc(node, order, flags);
+                self.allocated(got, node, order, flags);
+            }
+            Op::AllocFrom {
+                cpu_node,
+                node,
+                order,
+                flags,
+            } => {
+                let (node, order, flags) = (node_of(node), order_of(order), flags_of(flags));
+                let got = m.alloc_from(node_of(cpu_node), node, order, flags);
+                self.allocated(got, node, order, flags);
+            }
+            Op::AllocBulk { node, n, flags } => {
+                let (node, flags) = (node_of(node), flags_of(flags));
+                let mut out = vec![Pfn(u64::MAX); usize::from(n % 600)];
+                let got = m.alloc_bulk(node, flags, &mut out);
+                assert!(got <= out.len());
+                if node.index() >= NODES {
+                    assert_eq!(got, 0, "bulk on an unknown node");
+                }
+                for &p in &out[..got] {
+                    self.took_flags(p, Order::ZERO, flags, node);
+                }
+            }
+            Op::AllocCpu { cpu, order, flags } => {
+                let (cpu, known) = self.cpu(cpu);
+                let (order, flags) = (order_of(order), flags_of(flags));
+                let got = m.alloc_cpu(cpu, order, flags);
+                if !known {
+                    assert_eq!(got, None, "allocation from an unknown CPU");
+                }
+                if let Some(p) = got {
+                    let node = m.cpu_node(cpu).expect("known CPU");
+                    self.took_flags(p, order, flags, node);
+                }
+            }
+            Op::Free { pick, via, mutate } => {
+                let Some((pfn, b)) = self.pick(pick, |_| true) else {
+                    return;
+                };
+                let (mut pfn, mut order) = (pfn, b.order);
+                match mutate {
+                    0..=191 => {}
+                    192..=223 => {
+                        order = order_of(order.get().wrapping_add(1 + mutate % 3));
+                    }
+                    _ => pfn = Pfn(pfn.get() + 1 + u64::from(mutate % 7)),
+                }
+                let via = self.via(via, order, b.kind);
+                self.free(pfn, order, via);
+            }
+            Op::FreeRaw {
+                anchor,
+                offset,
+                order,
+                via,
+            } => {
+                let base = self.anchors[usize::from(anchor) % self.anchors.len()];
+                let pfn = Pfn(base.saturating_add_signed(i64::from(offset)));
+                let order = order_of(order);
+                let via = self.via(via, order, Kind::Small);
+                self.free(pfn, order, via);
+            }
+            Op::FreeAgain { pick, via } => {
+                if self.freed.is_empty() {
+                    return;
+                }
+                let (pfn, order, kind) = self.freed[usize::from(pick) % self.freed.len()];
+                let via = self.via(via, order, kind);
+                self.free(pfn, order, via);
+            }
+            Op::FreeBulk { ref picks, bad } => self.free_bulk(picks, bad),
+            Op::DrainCpu { cpu } => {
+                let (cpu, known) = self.cpu(cpu);
+                let before = snap(m);
+                m.drain_cpu(cpu);
+                if !known {
+                    assert_eq!(
+                        snap(m),
+                        before,
+                        "draining an unknown CPU changed the machine"
+                    );
+                }
+            }
+            Op::DrainAll => {
+                m.drain_all();
+                assert_eq!(m.cached_pages(), 0, "drain_all left frames cached");
+            }
+            Op::SetPcp { batch, high } => m.set_pcp(PcpConfig {
+                batch: u32::from(batch),
+                high: u32::from(high),
+            }),
+            Op::NewPolicy {
+                slot,
+                mode,
+                mask,
+                node,
+                socket_aware,
+            } => self.new_policy(slot, mode, mask, node, socket_aware),
+            Op::PolicyAlloc {
+                slot,
+                cpu_node,
+                order,
+                flags,
+            } => {
+                let Some(mut p) = self.policies[usize::from(slot)].take() else {
+                    return;
+                };
+                let (cpu_node, order, flags) =
+                    (node_of(cpu_node), order_of(order), flags_of(flags));
+                if let Some(pfn) = p.alloc(m, cpu_node, order, flags) {
+                    let node = self.took(pfn, order, Kind::Small);
+                    if let Policy::Bind(mask) = p.policy() {
+                        assert!(mask.contains(node), "Bind({mask:?}) allocated on {node:?}");
+                    }
+                    if flags.contains(AllocFlags::DMA32) {
+                        assert!(pfn.get() + order.frames() <= DMA32_END, "DMA32 above 4 GiB");
+                    }
+                }
+                self.policies[usize::from(slot)] = Some(p);
+            }
+            Op::PolicyBulk {
+                slot,
+                cpu_node,
+                n,
+                flags,
+            } => {
+                let Some(mut p) = self.policies[usize::from(slot)].take() else {
+                    return;
+                };
+                let (cpu_node, flags) = (node_of(cpu_node), flags_of(flags));
+                let mut out = vec![Pfn(u64::MAX); usize::from(n % 600)];
+                let r = p.alloc_bulk(m, cpu_node, flags, &mut out);
+                assert!(r.placed <= out.len());
+                let most_calls = match p.policy() {
+                    Policy::Local | Policy::Preferred(_) | Policy::Bind(_) => 1,
+                    Policy::PreferredMany(_) => 2,
+                    Policy::Interleave(mask) | Policy::WeightedInterleave(mask) => mask.count(),
+                };
+                assert!(
+                    r.node_calls <= most_calls,
+                    "{:?}: {} node calls",
+                    p.policy(),
+                    r.node_calls
+                );
+                for &pfn in &out[..r.placed] {
+                    let node = self.took(pfn, Order::ZERO, Kind::Small);
+                    if let Policy::Bind(mask) = p.policy() {
+                        assert!(
+                            mask.contains(node),
+                            "Bind({mask:?}) bulk landed on {node:?}"
+                        );
+                    }
+                }
+                self.policies[usize::from(slot)] = Some(p);
+            }
+            Op::PolicyHuge {
+                slot,
+                cpu_node,
+                gig,
+            } => {
+                let Some(mut p) = self.policies[usize::from(slot)].take() else {
+                    return;
+                };
+                let size = size_of(gig);
+                if let Some(pfn) = p.alloc_huge(m, node_of(cpu_node), size) {
+                    self.took(pfn, size.order(), Kind::Huge(size));
+                }
+                self.policies[usize::from(slot)] = Some(p);
+            }
+            Op::SetIlState { slot, prev, left } => {
+                if let Some(p) = self.policies[usize::from(slot)].as_mut() {
+                    let prev = NodeId::new(usize::from(prev) % numaframe::MAX_NODES);
+                    p.set_il_state(IlState::from_raw(prev, left));
+                }
+            }
+            Op::SetWeights { ref weights } => {
+                let r = Weights::new(weights);
+                match weights.iter().position(|&w| w == 0) {
+                    _ if weights.len() > numaframe::MAX_NODES => assert_eq!(
+                        r,
+                        Err(PolicyError::WeightCount {
+                            given: weights.len(),
+                            nodes: numaframe::MAX_NODES
+                        })
+                    ),
+                    Some(i) => assert_eq!(
+                        r,
+                        Err(PolicyError::ZeroWeight {
+                            node: NodeId::new(i)
+                        })
+                    ),
+                    None => {
+                        let w = r.expect("weights 1..=255 are accepted");
+                        for (i, &x) in weights.iter().enumerate() {
+                            assert_eq!(w.get(NodeId::new(i)), x);
+                        }
+                        m.set_weights(w);
+                    }
+                }
+            }
+            Op::AutoWeights {
+                ref bandwidths,
+                mask,
+            } => {
+                let mask = mask_of(mask);
+                let r = Weights::auto(bandwidths, &mask);
+                let missing = mask
+                    .iter()
+                    .find(|n| bandwidths.get(n.index()).copied().flatten().is_none());
+                match (mask.is_empty(), missing) {
+                    _ if bandwidths.len() > numaframe::MAX_NODES => {
+                        assert!(matches!(r, Err(PolicyError::WeightCount { .. })));
+                    }
+                    (true, _) => assert_eq!(r, Err(PolicyError::EmptyMask)),
+                    (false, Some(node)) => {
+                        assert_eq!(r, Err(PolicyError::MissingBandwidth { node }));
+                    }
+                    (false, None) => {
+                        let w = r.expect("auto weights with every bandwidth");
+                        assert!(mask.iter().all(|n| w.get(n) >= 1));
+                        m.set_weights(w);
+                    }
+                }
+            }
+            Op::Reserve { node, gig, count } => {
+                let (node, size) = (node_of(node), size_of(gig));
+                let before = m.huge_counts(node, size);
+                let got = m.reserve_huge(node, size, u64::from(count));
+                assert!(got <= u64::from(count));
+                let after = m.huge_counts(node, size);
+                assert_eq!(
+                    (after.0 - before.0, after.1 - before.1),
+                    (got, got),
+                    "reserve_huge reported {got} pages"
+                );
+            }
+            Op::AllocHuge { node, gig } => {
+                let size = size_of(gig);
+                if let Some(pfn) = m.alloc_huge(node_of(node), size) {
+                    self.took(pfn, size.order(), Kind::Huge(size));
+                }
+            }
+            Op::FreeHuge { pick, gig, mutate } => {
+                let Some((pfn, b)) = self.pick(pick, |_| true) else {
+                    return;
+                };
+                let size = match (mutate % 4, b.kind) {
+                    (0, _) => size_of(gig),
+                    (_, Kind::Huge(s)) => s,
+                    (_, Kind::Small) => size_of(b.order == Order::MAX),
+                };
+                let pfn = if mutate >= 240 {
+                    Pfn(pfn.get() + u64::from(mutate % 3) + 1)
+                } else {
+                    pfn
+                };
+                self.free(pfn, size.order(), Via::Huge(size));
+            }
+            Op::Release { node, gig, count } => {
+                let (node, size) = (node_of(node), size_of(gig));
+                let before = m.huge_counts(node, size);
+                let got = m.release_huge(node, size, u64::from(count));
+                assert!(got <= u64::from(count) && got <= before.1);
+                let after = m.huge_counts(node, size);
+                assert_eq!((before.0 - after.0, before.1 - after.1), (got, got));
+            }
+            Op::HotAdd {
+                node,
+                anchor,
+                offset,
+                len,
+                scale,
+                boot_order,
+            } => {
+                let base = self.anchors[usize::from(anchor) % self.anchors.len()];
+                let start = base.saturating_add_signed(i64::from(offset));
+                let frames = u64::from(len) << (scale % 24);
+                let range = PhysRange::new(Pfn(start), Pfn(start.saturating_add(frames)))
+                    .expect("end >= start");
+                let opts = FallbackOptions {
+                    linux_boot_order: boot_order,
+                };
+                self.hot_add(node_of(node), range, opts);
+            }
+        }
+    }
+
+    fn allocated(&mut self, got: Option<Pfn>, node: NodeId, order: Order, flags: AllocFlags) {
+        if node.index() >= NODES {
+            assert_eq!(got, None, "allocation preferring an unknown node");
+        }
+        if let Some(p) = got {
+            self.took_flags(p, order, flags, node);
+        }
+    }
+
+    fn via(&self, via: u8, order: Order, kind: Kind) -> Via {
+        match via % 5 {
+            0 | 1 => Via::Free,
+            2 => Via::Cpu(self.cpu(via / 5).0),
+            3 => Via::Bulk,
+            _ => Via::Huge(match kind {
+                Kind::Huge(s) => s,
+                Kind::Small => size_of(order == Order::MAX),
+            }),
+        }
+    }
+
+    /// One free through `via`, judged by the model.
+    fn free(&mut self, pfn: Pfn, order: Order, via: Via) {
+        let m = self.m;
+        let (order, kind) = match via {
+            Via::Bulk => (Order::ZERO, Kind::Small),
+            Via::Huge(s) => (s.order(), Kind::Huge(s)),
+            Via::Free | Via::Cpu(_) => (order, Kind::Small),
+        };
+        let known_cpu = match via {
+            Via::Cpu(c) => c.index() < self.known_cpus,
+            _ => true,
+        };
+        let held = self.model.get(&pfn.get()).copied();
+        let valid = known_cpu && held.is_some_and(|b| b.order == order && b.kind == kind);
+        let before = (!valid).then(|| snap(m));
+        let result = match via {
+            Via::Free => m.free(pfn, order),
+            Via::Cpu(c) => m.free_cpu(c, pfn, order),
+            Via::Bulk => m.free_bulk(&[pfn]).map_err(|e| {
+                assert_eq!(e.index, 0, "a one-frame bulk free names entry {}", e.index);
+                e.error
+            }),
+            Via::Huge(s) => m.free_huge(pfn, s),
+        };
+        if valid {
+            if let Err(e) = result {
+                panic!("valid free of {pfn:?}/{order:?} via {via:?} refused: {e:?}");
+            }
+            self.model.remove(&pfn.get());
+            self.freed.push((pfn, order, kind));
+            return;
+        }
+        let Err(e) = result else {
+            panic!("misuse accepted: free of {pfn:?}/{order:?} via {via:?}, model holds {held:?}");
+        };
+        assert_eq!(
+            Some(snap(m)),
+            before,
+            "a refused free ({e:?}) changed the machine"
+        );
+        self.check_error(e, pfn, order, via, held, known_cpu);
+    }
+
+    /// The error a refused free must carry, as far as the model can tell.
+    fn check_error(
+        &self,
+        e: FreeError,
+        pfn: Pfn,
+        order: Order,
+        via: Via,
+        held: Option<Block>,
+        known_cpu: bool,
+    ) {
+        let m = self.m;
+        let ok = if !known_cpu {
+            matches!(e, FreeError::UnknownCpu { .. })
+        } else if m.node_of(pfn).is_none() {
+            e == FreeError::Foreign { pfn }
+        } else if !pfn.is_aligned(order) {
+            e == FreeError::Misaligned { pfn, order }
+        } else if let Some(b) = held {
+            match (b.kind, via) {
+                (Kind::Huge(_), Via::Free | Via::Cpu(_) | Via::Bulk) => {
+                    e == FreeError::HugePage { pfn }
+                }
+                (Kind::Small, Via::Huge(_)) if b.order == order => {
+                    e == FreeError::NotAllocated { pfn }
+                }
+                _ => {
+                    e == FreeError::WrongOrder {
+                        pfn,
+                        given: order,
+                        allocated: b.order,
+                    }
+                }
+            }
+        } else {
+            matches!(
+                e,
+                FreeError::NotAllocated { .. } | FreeError::DoubleFree { .. }
+            )
+        };
+        assert!(
+            ok,
+            "free of {pfn:?}/{order:?} via {via:?} (model: {held:?}) refused with {e:?}"
+        );
+    }
+
+    fn free_bulk(&mut self, picks: &[u16], bad: Option<(u8, u16)>) {
+        let m = self.m;
+        let smalls: Vec<Pfn> = self
+            .model
+            .iter()
+            .filter(|(_, b)| b.order == Order::ZERO && b.kind == Kind::Small)
+            .map(|(&p, _)| Pfn(p))
+            .collect();
+        let mut list: Vec<Pfn> = Vec::new();
+        if !smalls.is_empty() {
+            // Distinct picks: a repeat would be a misuse by itself, which `bad` covers.
+            for &p in picks.iter().take(700) {
+                let pfn = smalls[usize::from(p) % smalls.len()];
+                if !list.contains(&pfn) {
+                    list.push(pfn);
+                }
+            }
+        }
+        if let Some((what, at)) = bad {
+            let at = usize::from(at) % (list.len() + 1);
+            let intruder = match what % 4 {
+                // A repeat of an entry.
+                0 if !list.is_empty() => list[usize::from(what) % list.len()],
+                // Any block of the model (huge pages and larger orders included).
+                1 => self.pick(at as u16, |_| true).map_or(Pfn(0), |(p, _)| p),
+                // A block freed before.
+                2 if !self.freed.is_empty() => self.freed[usize::from(what) % self.freed.len()].0,
+                _ => Pfn(self.anchors[usize::from(what) % self.anchors.len()]),
+            };
+            list.insert(at, intruder);
+        }
+        // The first entry that is not a distinct order-0 block of the model.
+        let first_bad = list.iter().enumerate().position(|(i, p)| {
+            list[..i].contains(p)
+                || !self
+                    .model
+                    .get(&p.get())
+                    .is_some_and(|b| b.order == Order::ZERO && b.kind == Kind::Small)
+        });
+        let before = snap(m);
+        match (m.free_bulk(&list), first_bad) {
+            (Ok(()), None) => {
+                for p in &list {
+                    self.model.remove(&p.get());
+                    self.freed.push((*p, Order::ZERO, Kind::Small));
+                }
+            }
+            (Err(e), Some(i)) => {
+                assert_eq!(
+                    e.index, i,
+                    "bulk free of {list:?} blamed the wrong entry: {e:?}"
+                );
+                assert_eq!(
+                    snap(m),
+                    before,
+                    "a refused bulk free ({e:?}) changed the machine"
+                );
+                if list[..i].contains(&list[i]) {
+                    assert_eq!(e.error, FreeError::Duplicate { pfn: list[i] });
+                }
+            }
+            (Ok(()), Some(i)) => {
+                panic!("bulk free of {list:?} accepted; entry {i} is misuse")
+            }
+            (Err(e), None) => panic!("valid bulk free of {list:?} refused: {e:?}"),
+        }
+    }
+
+    fn new_policy(&mut self, slot: bool, mode: u8, mask: u8, node: u8, socket_aware: bool) {
+        let nodes = mask_of(mask);
+        let node = node_of(node);
+        let policy = match mode % 6 {
+            0 => Policy::Local,
+            1 => Policy::Preferred(node),
+            2 => Policy::PreferredMany(nodes),
+            3 => Policy::Bind(nodes),
+            4 => Policy::Interleave(nodes),
+            _ => Policy::WeightedInterleave(nodes),
+        };
+        let r = TaskPolicy::new(self.m, policy, socket_aware);
+        let unknown = nodes.iter().find(|n| n.index() >= NODES);
+        let want = match policy {
+            Policy::Local => Ok(()),
+            Policy::Preferred(n) if n.index() >= NODES => Err(PolicyError::UnknownNode { node: n }),
+            Policy::Preferred(_) => Ok(()),
+            _ if nodes.is_empty() => Err(PolicyError::EmptyMask),
+            _ => match unknown {
+                Some(n) => Err(PolicyError::UnknownNode { node: n }),
+                None => Ok(()),
+            },
+        };
+        assert_eq!(r.as_ref().map(|_| ()).map_err(|e| *e), want, "{policy:?}");
+        self.policies[usize::from(slot)] = r.ok();
+    }
+
+    fn hot_add(&mut self, node: NodeId, range: PhysRange, opts: FallbackOptions) {
+        let m = self.m;
+        let before = snap(m);
+        let result = m.hot_add(self.mem, node, range, opts);
+        let overlaps = self.present.iter().any(|r| r.overlaps(&range));
+        if node.index() >= NODES {
+            assert_eq!(result, Err(BootError::UnknownNode { node }));
+        } else if range.is_empty() || range.end.get() > PFN_LIMIT {
+            assert_eq!(
+                result,
+                Err(BootError::BadRange { start: range.start }),
+                "{range:?}"
+            );
+        } else if overlaps {
+            assert!(
+                result.is_err(),
+                "hot-add of {range:?} on {node:?} overlaps present memory {:?}, but was accepted",
+                self.present
+            );
+        }
+        let after = snap(m);
+        if let Err(e) = result {
+            assert_eq!(
+                after, before,
+                "a refused hot-add ({e:?}) changed the machine"
+            );
+            return;
+        }
+        assert_eq!(
+            m.node_of(range.start),
+            Some(node),
+            "hot-added frames belong to the node"
+        );
+        assert!(after.memory_nodes.contains(node));
+        for (i, (a, b)) in after.zones.iter().zip(&before.zones).enumerate() {
+            assert!(
+                a.1 >= b.1 && a.0 - b.0 == a.1 - b.1,
+                "hot-add adds free, managed pages"
+            );
+            for k in 0..NR_ORDERS {
+                self.full[i][k] += a.2[k] - b.2[k];
+            }
+        }
+        self.present.push(range);
+        self.anchors.push(range.start.get());
+        self.anchors.push(range.end.get());
+    }
+
+    /// The invariants that hold after every operation.
+    fn check(&self) {
+        let m = self.m;
+        if let Err(e) = m.check_invariants() {
+            panic!("check_invariants: {e}");
+        }
+        let (mut free, mut managed) = (0u64, 0u64);
+        let mut pooled = 0u64;
+        for node in m.nodes() {
+            for kind in ZoneKind::ALL {
+                let (f, mg, _) = node.zone(kind).counters();
+                free += f;
+                managed += mg;
+            }
+            for size in HugeSize::ALL {
+                pooled += m.huge_counts(node.id(), size).0 * size.order().frames();
+            }
+        }
+        let small: u64 = self
+            .model
+            .values()
+            .filter(|b| b.kind == Kind::Small)
+            .map(|b| b.order.frames())
+            .sum();
+        assert_eq!(
+            free + m.cached_pages() + small + pooled,
+            managed,
+            "frames unaccounted for: free {free}, cached {}, handed out {small}, pooled {pooled}",
+            m.cached_pages()
+        );
+    }
+
+    /// Gives everything back: every zone must merge back to its fully free state.
+    fn teardown(mut self) {
+        let m = self.m;
+        let blocks: Vec<(u64, Block)> = std::mem::take(&mut self.model).into_iter().collect();
+        for (p, b) in blocks {
+            let r = match b.kind {
+                Kind::Small => m.free(Pfn(p), b.order),
+                Kind::Huge(s) => m.free_huge(Pfn(p), s),
+            };
+            r.unwrap_or_else(|e| panic!("teardown free of {:?}/{:?}: {e:?}", Pfn(p), b.order));
+        }
+        m.drain_all();
+        for node in m.topology().node_ids() {
+            for size in HugeSize::ALL {
+                m.release_huge(node, size, u64::MAX);
+                assert_eq!(m.huge_counts(node, size), (0, 0), "pool pages stuck");
+            }
+        }
+        self.check();
+        let s = snap(m);
+        for (i, z) in s.zones.iter().enumerate() {
+            assert_eq!(z.0, z.1, "zone {i}: not every page came back");
+            assert_eq!(
+                z.2, self.full[i],
+                "zone {i}: free blocks did not merge back"
+            );
+        }
+    }
+}
+
+/// A node mask over ids 0..8 (3.. unknown to the machine).
+fn mask_of(bits: u8) -> NodeMask {
+    NodeMask::from_nodes((0..8).filter(|i| bits & (1 << i) != 0).map(NodeId::new))
+}
