@@ -287,6 +287,19 @@ const COMMANDS: &[Command] = &[
         run: cmd_hugepages,
     },
     Command {
+        name: "bench",
+        usage: "bench [--json] [--quick]",
+        about: "numaframe side by side with buddy_system_allocator, bitmap-allocator, free-list and a Vec floor",
+        opts: &[
+            Opt {
+                name: "--quick",
+                arity: Arity::Flag,
+            },
+            JSON,
+        ],
+        run: cmd_bench,
+    },
+    Command {
         name: "help",
         usage: "help [COMMAND]",
         about: "show this text, or one command's usage",
@@ -557,18 +570,31 @@ fn cmd_interleave(args: &Parsed, out: &mut dyn Write) -> Result<(), CliError> {
 /// `numaframe hugepages`.
 fn cmd_hugepages(args: &Parsed, out: &mut dyn Write) -> Result<(), CliError> {
     let spec = args.machine()?;
-    let cmdline = args.value("--cmdline").ok_or_else(|| args.bad("--cmdline is required".to_string()))?;
+    let cmdline = args
+        .value("--cmdline")
+        .ok_or_else(|| args.bad("--cmdline is required".to_string()))?;
     let threads = match args.value("--threads") {
         None => crate::hugepages::default_threads(),
         Some(t) => match t.parse::<usize>() {
             Ok(n) if (1..=1024).contains(&n) => n,
-            _ => return Err(args.bad(format!("--threads: expected a number of threads 1..=1024, got `{}`", crate::spec::shorten(t)))),
+            _ => {
+                return Err(args.bad(format!(
+                    "--threads: expected a number of threads 1..=1024, got `{}`",
+                    crate::spec::shorten(t)
+                )));
+            }
         },
     };
     crate::hugepages::run(&spec, cmdline, threads, args.flag(JSON.name), out).map_err(|e| match e {
         CliError::BadInput(m) => args.bad(m),
         e => e,
     })
+}
+
+/// `numaframe bench`.
+fn cmd_bench(args: &Parsed, out: &mut dyn Write) -> Result<(), CliError> {
+    crate::bench::run_cli(args.flag("--quick"), args.flag(JSON.name), out)
+        .map_err(|e| CliError::Internal(format!("bench: {e}")))
 }
 
 /// `numaframe help [COMMAND]`.

@@ -3,6 +3,7 @@
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod bench;
 pub mod cli;
 pub mod demo;
 pub mod hugepages;

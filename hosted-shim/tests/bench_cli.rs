@@ -1,0 +1,102 @@
+//! `numaframe bench --quick` through the binary: the JSON shape of the CLI contract
+//! (`{"results":[{"scenario","allocator","ns_per_op"},…]}`), every scenario reported, every
+//! peer present where the issue compares it. No timing is asserted. (The human table is
+//! unit-tested in `bench.rs` on a synthetic report, so only one quick run happens here.)
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use numaframe_hosted::bench::{name, scenario};
+use serde_json::Value;
+
+fn numaframe(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_numaframe"))
+        .args(args)
+        .output()
+        .expect("run numaframe");
+    let code = out
+        .status
+        .code()
+        .unwrap_or_else(|| panic!("{args:?}: killed by a signal ({:?})", out.status));
+    (
+        code,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn quick_json_reports_every_scenario() {
+    let (code, out, err) = numaframe(&["bench", "--json", "--quick"]);
+    assert_eq!(code, 0, "stderr: {err}");
+    assert!(err.is_empty(), "stderr: {err}");
+    assert_eq!(out.lines().count(), 1, "one JSON document on one line");
+    let doc: Value = serde_json::from_str(&out).expect("valid JSON");
+    let results = doc["results"].as_array().expect("a results array");
+    assert!(!results.is_empty());
+    let mut seen = BTreeSet::new();
+    for r in results {
+        let s = r["scenario"].as_str().expect("scenario is a string");
+        let a = r["allocator"].as_str().expect("allocator is a string");
+        let ns = r["ns_per_op"].as_f64().expect("ns_per_op is a number");
+        assert!(ns.is_finite() && ns >= 0.0, "{s}/{a}: {ns}");
+        assert!(
+            seen.insert((s.to_string(), a.to_string())),
+            "{s}/{a} reported twice"
+        );
+    }
+    let scenarios: BTreeSet<&str> = seen.iter().map(|(s, _)| s.as_str()).collect();
+    for s in scenario::ALL {
+        assert!(scenarios.contains(s), "scenario {s:?} not reported");
+    }
+    assert_eq!(scenarios.len(), scenario::ALL.len(), "{scenarios:?}");
+    let has = |s: &str, a: &str| seen.contains(&(s.to_string(), a.to_string()));
+    // Every peer is measured side by side with numaframe in the scenarios the issue compares.
+    for s in [
+        scenario::PAIR_1G,
+        scenario::BULK_ALLOC,
+        scenario::BULK_FREE,
+        scenario::THREADS_1,
+        scenario::THREADS_2,
+    ] {
+        for a in [
+            name::NUMAFRAME,
+            name::BUDDY,
+            name::BITMAP,
+            name::FREE_LIST,
+            name::FLOOR,
+        ] {
+            assert!(has(s, a), "{s}: {a} missing");
+        }
+    }
+    for s in [scenario::THREADS_1, scenario::THREADS_2, scenario::PAIR_1G] {
+        assert!(has(s, name::NUMAFRAME_NOCACHE), "{s}: caches off missing");
+    }
+    for s in [scenario::ORDER9_1G, scenario::ORDER18_1G] {
+        for a in [name::NUMAFRAME, name::BUDDY, name::BITMAP, name::FREE_LIST] {
+            assert!(has(s, a), "{s}: {a} missing");
+        }
+    }
+    assert!(has(scenario::INTERLEAVE, name::NUMAFRAME_SINGLES));
+    // --quick leaves out only what takes seconds per run, and says so.
+    assert_eq!(doc["quick"], Value::Bool(true));
+    for s in doc["skipped"].as_array().expect("a skipped array") {
+        assert!(s["why"].as_str().is_some_and(|w| !w.is_empty()));
+    }
+    let targets = doc["targets"].as_array().expect("a targets array");
+    assert!(targets.len() >= 4, "{targets:?}");
+    for t in targets {
+        assert!(t["value"].is_number() && t["limit"].is_number() && t["met"].is_boolean());
+    }
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let (code, out, err) = numaframe(&["bench", "--preset", "amd-4node"]);
+    assert_eq!(code, 2, "stderr: {err}");
+    assert!(out.is_empty());
+    assert!(
+        err.starts_with("error: ") && err.lines().count() == 1,
+        "{err:?}"
+    );
+}
