@@ -56,5 +56,8 @@ cargo test --workspace --locked --release
 step "loom models (--cfg numaframe_loom)"
 RUSTFLAGS="--cfg numaframe_loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
   cargo test -p numaframe-loom --locked --release --tests
+step "robustness: Miri on the core's unit tests, fuzz smoke runs (scripts/robustness.sh)"
+bash scripts/robustness.sh
+
 echo
 echo "all checks passed"
