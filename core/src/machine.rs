@@ -12,7 +12,7 @@ use crate::hugetlb::cmdline::HugeSize;
 use crate::interleave::Weights;
 use crate::meta::{Span, tag};
 use crate::node::{DMA32_END, Mark, Node, Zone, ZoneKind, default_min_free_kbytes, watermarks};
-use crate::percpu::{LastSpan, PcpConfig, PcpList, PerCpu};
+use crate::percpu::{EventLines, LastSpan, PcpConfig, PcpLines, PerCpu, lines_for};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
 use crate::stats::{Event, NumaStat};
 use crate::sync::{AtomicU32, RwLock};
@@ -242,8 +242,9 @@ impl<'a> Machine<'a> {
             + cap * size_of::<SpanRef>()
             + opts.cpus.len()
                 * (size_of::<PerCpu<'_>>()
-                    + n * (2 * size_of::<PcpList>() + size_of::<[u64; 6]>()));
-        let table_frames = pages_for(table_bytes, 7 + 2 * opts.cpus.len());
+                    + lines_for(n * 2) * size_of::<PcpLines>()
+                    + lines_for(n) * size_of::<EventLines>());
+        let table_frames = pages_for(table_bytes, 10);
 
         // The machine-wide tables come off the end of the first piece with room for them.
         let mut host = None;
@@ -268,14 +269,15 @@ impl<'a> Machine<'a> {
         let keys = carve.slice(n, |_| 0u64).ok_or(oom)?;
         let index = carve.slice(cap, |_| SpanRef::default()).ok_or(oom)?;
         let ncpu = opts.cpus.len();
+        let (list_lines, event_lines) = (lines_for(n * 2), lines_for(n));
         let mut lists = carve
-            .slice(ncpu * n * 2, |_| PcpList::EMPTY)
+            .slice(ncpu * list_lines, |_| PcpLines::EMPTY)
             .ok_or(oom)?
-            .chunks_exact_mut(n * 2);
+            .chunks_exact_mut(list_lines.max(1));
         let mut events = carve
-            .slice(ncpu * n, |_| [0u64; 6])
+            .slice(ncpu * event_lines, |_| EventLines::ZERO)
             .ok_or(oom)?
-            .chunks_exact_mut(n);
+            .chunks_exact_mut(event_lines.max(1));
         let cpus = carve
             .slice(ncpu, |i| {
                 // Both iterators hold exactly `ncpu` chunks.
@@ -487,10 +489,12 @@ impl<'a> Machine<'a> {
     /// Where `pfn` lives, for a per-CPU free that missed its last span.
     pub(crate) fn locate(&self, pfn: Pfn) -> Option<LastSpan> {
         let s = self.layout.read().find(pfn)?;
+        let span = self.zone_of(&s).spans.find(pfn)?;
         Some(LastSpan {
             range: s.range,
             node: s.node,
             zone: ZoneKind::ALL[s.zone as usize],
+            span,
         })
     }
 
@@ -605,7 +609,12 @@ impl<'a> Machine<'a> {
                         continue;
                     }
                     for &kind in zones(flags) {
-                        if let Some(pfn) = take(node, self.nodes[node.index()].zone(kind), mark) {
+                        let zone = self.nodes[node.index()].zone(kind);
+                        // A zone without memory needs no lock to know it cannot serve.
+                        if zone.spans.len() == 0 {
+                            continue;
+                        }
+                        if let Some(pfn) = take(node, zone, mark) {
                             if let (Some(h), Mark::Low) = (hint, mark) {
                                 h.record(start, i);
                             }
@@ -685,10 +694,11 @@ impl<'a> Machine<'a> {
                         if done == out.len() {
                             return done;
                         }
-                        let got =
-                            self.nodes[n.index()]
-                                .zone(kind)
-                                .alloc_bulk(&mut out[done..], mark, 0);
+                        let zone = self.nodes[n.index()].zone(kind);
+                        if zone.spans.len() == 0 {
+                            continue;
+                        }
+                        let got = zone.alloc_bulk(&mut out[done..], mark, 0);
                         if got > 0 {
                             self.count(cpu_node, preferred, n, got as u64, il);
                         }

@@ -337,6 +337,14 @@ impl Span {
         }
     }
 
+    /// Stores the tag of an entry known to be valid (a block head), without preparing it.
+    pub(crate) fn store_tag(&self, pfn: Pfn, value: u32) {
+        debug_assert!(self.is_valid(pfn));
+        // SAFETY: the entry heads a block, so it is valid and inside the region; the tag is
+        // only accessed atomically. Release: as in `set_tag`.
+        unsafe { (*self.entry(pfn)).tag.store(value, Ordering::Release) };
+    }
+
     /// Atomically replaces the tag `old` by `new`; `Err(found)` if the tag was not `old`.
     /// Used where two CPUs may race on one frame (a double free from two CPUs).
     pub(crate) fn swap_tag(&self, pfn: Pfn, old: u32, new: u32) -> Result<(), u32> {

@@ -23,7 +23,7 @@ use crate::addr::{Order, Pfn, PhysRange};
 use crate::buddy::classify;
 use crate::error::{FreeError, InvariantError};
 use crate::machine::{AllocFlags, Machine, tally, zones};
-use crate::meta::tag;
+use crate::meta::{Span, tag};
 use crate::node::{Mark, Zone, ZoneKind};
 use crate::stats::NumaStat;
 use crate::sync::{Mutex, Ordering};
@@ -102,35 +102,65 @@ impl PcpList {
     };
 }
 
+/// Eight lists in one 128-byte block, so that no two CPUs' lists share a cache line (or the
+/// adjacent line the prefetcher pairs with it).
+#[derive(Clone, Copy, Debug)]
+#[repr(align(128))]
+pub(crate) struct PcpLines(pub(crate) [PcpList; 8]);
+
+impl PcpLines {
+    pub(crate) const EMPTY: PcpLines = PcpLines([PcpList::EMPTY; 8]);
+}
+
+/// Eight nodes' numastat events in 384 bytes, aligned like [`PcpLines`].
+#[derive(Clone, Copy, Debug)]
+#[repr(align(128))]
+pub(crate) struct EventLines(pub(crate) [[u64; 6]; 8]);
+
+impl EventLines {
+    pub(crate) const ZERO: EventLines = EventLines([[0; 6]; 8]);
+}
+
+/// Blocks of eight needed for `slots` entries.
+pub(crate) fn lines_for(slots: usize) -> usize {
+    slots.div_ceil(8)
+}
+
 /// The span a CPU freed into last: frees mostly hit it, and then need no layout lock.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LastSpan {
     pub(crate) range: PhysRange,
     pub(crate) node: NodeId,
     pub(crate) zone: ZoneKind,
+    pub(crate) span: Span,
 }
 
 /// The state behind one CPU's lock.
 #[derive(Debug)]
 pub(crate) struct CpuCache<'a> {
-    /// `lists[node * 2 + zone]`.
-    lists: &'a mut [PcpList],
-    /// Numastat events this CPU counted, per node.
-    events: &'a mut [[u64; 6]],
+    /// List `node * 2 + zone`, eight to a block.
+    lists: &'a mut [PcpLines],
+    /// Numastat events this CPU counted, per node, eight to a block.
+    events: &'a mut [EventLines],
     last: Option<LastSpan>,
     /// Frames on all lists.
     total: u64,
 }
 
-/// A CPU's cache and its node.
+/// A CPU's cache and its node, on cache lines of their own.
 #[derive(Debug)]
+#[repr(align(128))]
 pub(crate) struct PerCpu<'a> {
     pub(crate) node: NodeId,
     cache: Mutex<CpuCache<'a>>,
 }
 
 impl<'a> PerCpu<'a> {
-    pub(crate) fn new(node: NodeId, lists: &'a mut [PcpList], events: &'a mut [[u64; 6]]) -> Self {
+    pub(crate) fn new(
+        node: NodeId,
+        lists: &'a mut [PcpLines],
+        events: &'a mut [EventLines],
+    ) -> Self {
         Self {
             node,
             cache: Mutex::new(CpuCache {
@@ -148,9 +178,17 @@ fn slot(node: NodeId, kind: ZoneKind) -> usize {
 }
 
 impl CpuCache<'_> {
+    fn list(&mut self, slot: usize) -> &mut PcpList {
+        &mut self.lists[slot / 8].0[slot % 8]
+    }
+
+    fn list_at(&self, slot: usize) -> PcpList {
+        self.lists[slot / 8].0[slot % 8]
+    }
+
     /// Pops a frame of (node, zone), retagging it as handed out.
     fn pop(&mut self, node: NodeId, zone: &Zone) -> Option<Pfn> {
-        let list = &mut self.lists[slot(node, zone.kind())];
+        let list = self.list(slot(node, zone.kind()));
         if list.head == NIL {
             return None;
         }
@@ -162,18 +200,25 @@ impl CpuCache<'_> {
         list.head = span.owner_link(pfn);
         list.count -= 1;
         self.total -= 1;
-        let retagged = span.swap_tag(pfn, tag::ALLOCATED | tag::CACHED, tag::ALLOCATED);
-        debug_assert!(retagged.is_ok(), "a cached frame carries the cached tag");
+        // Only this CPU's lock takes a frame off its list, and every free of it fails while
+        // it is cached, so a plain store suffices.
+        debug_assert_eq!(span.tag(pfn), tag::ALLOCATED | tag::CACHED);
+        span.store_tag(pfn, tag::ALLOCATED);
         Some(pfn)
     }
 
     /// Links a frame already tagged cached onto (node, zone).
     fn push(&mut self, node: NodeId, zone: &Zone, pfn: Pfn) {
-        let list = &mut self.lists[slot(node, zone.kind())];
         let span = zone
             .spans
             .find(pfn)
             .expect("cached frames belong to their zone");
+        self.push_in(node, zone.kind(), &span, pfn);
+    }
+
+    /// [`CpuCache::push`] when the caller already has the frame's span.
+    fn push_in(&mut self, node: NodeId, kind: ZoneKind, span: &Span, pfn: Pfn) {
+        let list = self.list(slot(node, kind));
         span.set_owner_link(pfn, list.head);
         list.head = pfn.get();
         list.count += 1;
@@ -182,7 +227,7 @@ impl CpuCache<'_> {
 
     /// Moves up to `n` frames of (node, zone) back to the zone under one lock; returns how many.
     fn drain(&mut self, node: NodeId, zone: &Zone, n: u32) -> u32 {
-        let list = &mut self.lists[slot(node, zone.kind())];
+        let list = self.list(slot(node, zone.kind()));
         if list.head == NIL {
             return 0;
         }
@@ -206,8 +251,8 @@ impl CpuCache<'_> {
     fn count(&mut self, cpu_node: NodeId, preferred: NodeId, got: NodeId, il: bool) {
         let events = &mut *self.events;
         tally(cpu_node, preferred, got, 1, il, |node, event, n| {
-            if let Some(e) = events.get_mut(node.index()) {
-                e[event.index()] += n;
+            if let Some(e) = events.get_mut(node.index() / 8) {
+                e.0[node.index() % 8][event.index()] += n;
             }
         });
     }
@@ -275,14 +320,21 @@ impl<'a> Machine<'a> {
         if order != Order::ZERO || self.pcp_high.load(Ordering::Relaxed) == 0 {
             return self.walk(pc.node, preferred, order, flags, filter, il);
         }
-        // Fast path: the preferred node's first zone has cached frames. The walk would start
-        // there, so no layout lock is needed.
+        // Fast path: the first zone with memory of the preferred node has cached frames. The
+        // walk would start there, so no layout lock is needed. (Zones never lose their spans,
+        // so "has memory" cannot change under us in the wrong direction.)
         if self.topo.contains(preferred) && filter.is_none_or(|f| f.contains(preferred)) {
-            let zone = self.nodes[preferred.index()].zone(zones(flags)[0]);
-            let mut c = pc.cache.lock();
-            if let Some(pfn) = c.pop(preferred, zone) {
-                c.count(pc.node, preferred, preferred, il);
-                return Some(pfn);
+            let node = &self.nodes[preferred.index()];
+            if let Some(zone) = zones(flags)
+                .iter()
+                .map(|k| node.zone(*k))
+                .find(|z| z.spans.len() > 0)
+            {
+                let mut c = pc.cache.lock();
+                if let Some(pfn) = c.pop(preferred, zone) {
+                    c.count(pc.node, preferred, preferred, il);
+                    return Some(pfn);
+                }
             }
         }
         let batch = self.pcp_batch.load(Ordering::Relaxed).clamp(1, MAX_BATCH) as usize;
@@ -323,27 +375,25 @@ impl<'a> Machine<'a> {
             return self.free(pfn, order);
         }
         let mut c = pc.cache.lock();
-        let last = match c.last.filter(|l| l.range.contains(pfn)) {
-            Some(l) => l,
-            None => {
-                let l = self.locate(pfn).ok_or(FreeError::Foreign { pfn })?;
-                c.last = Some(l);
-                l
-            }
+        if !c.last.as_ref().is_some_and(|l| l.range.contains(pfn)) {
+            c.last = Some(self.locate(pfn).ok_or(FreeError::Foreign { pfn })?);
+        }
+        let Some(last) = c.last.as_ref() else {
+            return Err(FreeError::Foreign { pfn });
         };
-        let zone = self.nodes[last.node.index()].zone(last.zone);
-        let span = zone.spans.find(pfn).ok_or(FreeError::Foreign { pfn })?;
+        let (node, kind, span) = (last.node, last.zone, last.span);
+        let zone = self.nodes[node.index()].zone(kind);
         if let Err(found) = span.swap_tag(pfn, tag::ALLOCATED, tag::ALLOCATED | tag::CACHED) {
             // `found` differs from a plain order-0 allocation, so `classify` names the misuse.
             return Err(classify(found, pfn, order, 0)
                 .err()
                 .unwrap_or(FreeError::NotAllocated { pfn }));
         }
-        c.push(last.node, zone, pfn);
+        c.push_in(node, kind, &span, pfn);
         let high = self.pcp_high.load(Ordering::Relaxed);
-        if c.lists[slot(last.node, last.zone)].count > high {
+        if c.list_at(slot(node, kind)).count > high {
             let batch = self.pcp_batch.load(Ordering::Relaxed).max(1);
-            c.drain(last.node, zone, batch);
+            c.drain(node, zone, batch);
         }
         Ok(())
     }
@@ -372,8 +422,8 @@ impl<'a> Machine<'a> {
     pub(crate) fn cpu_events(&self, node: NodeId, into: &mut NumaStat) {
         for pc in self.cpus {
             let c = pc.cache.lock();
-            if let Some(e) = c.events.get(node.index()) {
-                into.add_counts(e);
+            if let Some(e) = c.events.get(node.index() / 8) {
+                into.add_counts(&e.0[node.index() % 8]);
             }
         }
     }
@@ -387,7 +437,7 @@ impl<'a> Machine<'a> {
             for node in self.topo.node_ids() {
                 for kind in ZoneKind::ALL {
                     let zone = self.nodes[node.index()].zone(kind);
-                    let list = c.lists[slot(node, kind)];
+                    let list = c.list_at(slot(node, kind));
                     let mut cur = list.head;
                     let mut n = 0u32;
                     while cur != NIL {

@@ -71,9 +71,10 @@ impl<'a> BootCarve<'a> {
     }
 }
 
-/// Bytes a set of carved tables needs, rounded up to whole pages, with slack for alignment.
+/// Bytes a set of carved tables needs, rounded up to whole pages, with slack for alignment
+/// (128 bytes per table: the per-CPU tables are 128-byte aligned).
 pub(crate) fn pages_for(bytes: usize, tables: usize) -> u64 {
-    let total = bytes as u64 + 64 * tables as u64;
+    let total = bytes as u64 + 128 * tables as u64;
     total.div_ceil(PAGE_SIZE)
 }
 
