@@ -92,6 +92,15 @@ struct Layout<'a> {
 }
 
 impl Layout<'_> {
+    /// The nodes a walk from `this[0]` visits: its fallback order, or itself with THISNODE.
+    fn list<'l>(&'l self, this: &'l [NodeId; 1], flags: AllocFlags) -> &'l [NodeId] {
+        if flags.contains(AllocFlags::THISNODE) {
+            this
+        } else {
+            self.fallback.order(this[0])
+        }
+    }
+
     fn find(&self, pfn: Pfn) -> Option<SpanRef> {
         let live = &self.index[..self.spans];
         let i = live.partition_point(|s| s.range.end <= pfn);
@@ -589,11 +598,7 @@ impl<'a> Machine<'a> {
             }
             let layout = self.layout.read();
             let this = [preferred];
-            let list = if flags.contains(AllocFlags::THISNODE) {
-                &this[..]
-            } else {
-                layout.fallback.order(preferred)
-            };
+            let list = layout.list(&this, flags);
             // The hint only serves plain walks: a filter, THISNODE or DMA32 changes the list.
             let hint = (filter.is_none()
                 && !flags.intersects(AllocFlags::THISNODE | AllocFlags::DMA32))
@@ -680,11 +685,7 @@ impl<'a> Machine<'a> {
             }
             let layout = self.layout.read();
             let this = [preferred];
-            let list = if flags.contains(AllocFlags::THISNODE) {
-                &this[..]
-            } else {
-                layout.fallback.order(preferred)
-            };
+            let list = layout.list(&this, flags);
             for &mark in marks(flags) {
                 for &n in list
                     .iter()

@@ -4,26 +4,12 @@
 //! unit-tested in `bench.rs` on a synthetic report, so only one quick run happens here.)
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use numaframe_hosted::bench::{name, scenario};
 use serde_json::Value;
 
-fn numaframe(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_numaframe"))
-        .args(args)
-        .output()
-        .expect("run numaframe");
-    let code = out
-        .status
-        .code()
-        .unwrap_or_else(|| panic!("{args:?}: killed by a signal ({:?})", out.status));
-    (
-        code,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod support;
+use support::*;
 
 #[test]
 fn quick_json_reports_every_scenario() {
