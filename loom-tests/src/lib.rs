@@ -25,11 +25,12 @@ unsafe impl PhysMemory for SparseMem {
         if regions.iter().any(|(r, _)| r.overlaps(&range)) {
             return None;
         }
-        let mut buf =
-            vec![0x5a5a_5a5a_5a5a_5a5au64; (range.bytes() / 8) as usize].into_boxed_slice();
-        let ptr = NonNull::new(buf.as_mut_ptr().cast::<u8>());
+        let buf = vec![0x5a5a_5a5a_5a5a_5a5au64; (range.bytes() / 8) as usize].into_boxed_slice();
         regions.push((range, buf));
-        ptr
+        // Take the pointer only once the box has reached its final owner: moving a Box
+        // asserts uniqueness and would invalidate a pointer taken before the move.
+        let stored = regions.last_mut()?;
+        NonNull::new(stored.1.as_mut_ptr().cast::<u8>())
     }
 }
 
