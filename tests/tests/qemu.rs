@@ -65,9 +65,8 @@ fn elf() -> PathBuf {
     ELF.get_or_init(|| build("unikernel", &[])).clone()
 }
 
-/// Boots the unikernel on `layout` with `bootargs`; returns the console text after checking
-/// that the run passed and QEMU exited 0.
-fn boot(layout: &Layout, bootargs: &str) -> String {
+/// QEMU's arguments to boot the unikernel on `layout` with `bootargs`, console on stdio.
+fn console_args(layout: &Layout, bootargs: &str) -> Vec<String> {
     let mut args = layout.qemu_args();
     args.extend(
         [
@@ -85,7 +84,13 @@ fn boot(layout: &Layout, bootargs: &str) -> String {
         ]
         .map(String::from),
     );
-    let run = run_qemu(&args, TIMEOUT);
+    args
+}
+
+/// Boots the unikernel on `layout` with `bootargs`; returns the console text after checking
+/// that the run passed and QEMU exited 0.
+fn boot(layout: &Layout, bootargs: &str) -> String {
+    let run = run_qemu(&console_args(layout, bootargs), TIMEOUT);
     let text = run.stdout.replace('\r', "");
     assert!(
         run.status.success(),
@@ -255,24 +260,10 @@ fn cpuless_and_memoryless_nodes_match_the_cli_and_linux_boot_order() {
 
 #[test]
 fn a_bad_bootarg_is_reported_and_qemu_still_exits() {
-    let mut args = Layout::amd_4node().qemu_args();
-    args.extend(
-        [
-            "-kernel",
-            elf().to_str().expect("UTF-8 path"),
-            "-append",
-            "numaframe.bogus",
-            "-display",
-            "none",
-            "-monitor",
-            "none",
-            "-serial",
-            "stdio",
-            "-no-reboot",
-        ]
-        .map(String::from),
+    let run = run_qemu(
+        &console_args(&Layout::amd_4node(), "numaframe.bogus"),
+        TIMEOUT,
     );
-    let run = run_qemu(&args, TIMEOUT);
     assert!(
         run.stdout
             .contains("numaframe-unikernel: FAILED: bad bootarg `numaframe.bogus`"),
