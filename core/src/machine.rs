@@ -526,18 +526,7 @@ impl<'a> Machine<'a> {
         order: Order,
         flags: AllocFlags,
     ) -> Option<Pfn> {
-        self.alloc_tagged(cpu_node, preferred, order, flags, 0)
-    }
-
-    pub(crate) fn alloc_tagged(
-        &self,
-        cpu_node: NodeId,
-        preferred: NodeId,
-        order: Order,
-        flags: AllocFlags,
-        extra: u32,
-    ) -> Option<Pfn> {
-        self.walk_tagged(cpu_node, preferred, order, flags, None, false, extra)
+        self.walk(cpu_node, preferred, order, flags, None, false)
     }
 
     /// The zonelist walk: `preferred`'s zonelist (or `preferred` alone with THISNODE),
@@ -551,22 +540,8 @@ impl<'a> Machine<'a> {
         filter: Option<&NodeMask>,
         il: bool,
     ) -> Option<Pfn> {
-        self.walk_tagged(cpu_node, preferred, order, flags, filter, il, 0)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn walk_tagged(
-        &self,
-        cpu_node: NodeId,
-        preferred: NodeId,
-        order: Order,
-        flags: AllocFlags,
-        filter: Option<&NodeMask>,
-        il: bool,
-        extra: u32,
-    ) -> Option<Pfn> {
         let (pfn, node) = self.walk_with(preferred, order, flags, filter, |_, zone, mark| {
-            zone.alloc(order, mark, extra)
+            zone.alloc(order, mark)
         })?;
         self.count(cpu_node, preferred, node, 1, il);
         Some(pfn)
@@ -824,15 +799,9 @@ impl<'a> Machine<'a> {
     /// A [`FreeError`] for a foreign or misaligned frame, a double free, a wrong order, or a
     /// huge-page-pool page; the state is then unchanged. Detected in O(1) from one metadata entry.
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.free_tagged(pfn, order, 0)
-    }
-
-    pub(crate) fn free_tagged(&self, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
         let layout = self.layout.read();
         let s = layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
-        self.nodes[s.node.index()]
-            .zone(ZoneKind::ALL[s.zone as usize])
-            .free(pfn, order, extra)
+        self.zone_of(&s).free(pfn, order)
     }
 
     /// Frees order-0 frames. Either all are freed, or none is and the error names the first

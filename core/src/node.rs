@@ -102,12 +102,12 @@ impl Zone {
     }
 
     /// One block of `order` if the zone stays above `mark` afterwards.
-    pub(crate) fn alloc(&self, order: Order, mark: Mark, extra: u32) -> Option<Pfn> {
+    pub(crate) fn alloc(&self, order: Order, mark: Mark) -> Option<Pfn> {
         let mut z = self.inner.lock();
         if z.headroom(mark) < order.frames() {
             return None;
         }
-        z.area.alloc(&self.spans, order, extra)
+        z.area.alloc(&self.spans, order, 0)
     }
 
     /// Order-0 frames into `out`, as many as the zone can give above `mark`, under one lock.
@@ -152,8 +152,8 @@ impl Zone {
     }
 
     /// Frees one block (checked); on error nothing changes.
-    pub(crate) fn free(&self, pfn: Pfn, order: Order, extra: u32) -> Result<(), FreeError> {
-        self.inner.lock().area.free(&self.spans, pfn, order, extra)
+    pub(crate) fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        self.inner.lock().area.free(&self.spans, pfn, order, 0)
     }
 
     /// Free pages, managed pages and watermarks.
@@ -251,8 +251,9 @@ impl Node {
     pub fn zone(&self, kind: ZoneKind) -> &Zone {
         &self.zones[kind.index()]
     }
-    /// The node's numastat counters.
-    pub fn stats(&self) -> &NumaStats {
+    /// The numastat counters of allocations that did not go through a per-CPU cache;
+    /// [`Machine::numastat`](crate::Machine::numastat) adds the caches' share.
+    pub(crate) fn stats(&self) -> &NumaStats {
         &self.stats
     }
     /// Free pages over both zones.

@@ -345,7 +345,7 @@ impl<'a> Machine<'a> {
             }
             if mark == Mark::Reserve {
                 // Emergency reserves go to the caller, not into a cache.
-                return zone.alloc(order, mark, 0);
+                return zone.alloc(order, mark);
             }
             let mut buf = [Pfn(0); MAX_BATCH as usize];
             let got = zone.alloc_bulk(&mut buf[..batch], mark, tag::CACHED);
@@ -354,10 +354,7 @@ impl<'a> Machine<'a> {
             }
             c.pop(node, zone)
         })?;
-        if self.nodes.get(node.index()).is_some() {
-            let mut c = pc.cache.lock();
-            c.count(pc.node, preferred, node, il);
-        }
+        pc.cache.lock().count(pc.node, preferred, node, il);
         Some(pfn)
     }
 

@@ -18,7 +18,7 @@
 mod qemu_support;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -67,11 +67,16 @@ fn elf() -> PathBuf {
 
 /// QEMU's arguments to boot the unikernel on `layout` with `bootargs`, console on stdio.
 fn console_args(layout: &Layout, bootargs: &str) -> Vec<String> {
+    elf_args(&elf(), layout, bootargs)
+}
+
+/// [`console_args`] for a given ELF.
+fn elf_args(elf: &Path, layout: &Layout, bootargs: &str) -> Vec<String> {
     let mut args = layout.qemu_args();
     args.extend(
         [
             "-kernel",
-            elf().to_str().expect("UTF-8 path"),
+            elf.to_str().expect("UTF-8 path"),
             "-append",
             bootargs,
             "-display",
@@ -279,25 +284,8 @@ fn the_defmt_build_logs_boot_events_that_decode() {
     let dir = scratch("defmt");
     let _ = std::fs::remove_file(dir.join("defmt.bin"));
     let layout = Layout::amd_4node();
-    let mut args = layout.qemu_args();
-    args.extend(
-        [
-            "-kernel",
-            elf.to_str().expect("UTF-8 path"),
-            "-append",
-            "hugepages=4",
-            "-semihosting-config",
-            "enable=on,target=native",
-            "-display",
-            "none",
-            "-monitor",
-            "none",
-            "-serial",
-            "stdio",
-            "-no-reboot",
-        ]
-        .map(String::from),
-    );
+    let mut args = elf_args(&elf, &layout, "hugepages=4");
+    args.extend(["-semihosting-config", "enable=on,target=native"].map(String::from));
     // Semihosting opens `defmt.bin` relative to QEMU's working directory.
     let run = run_qemu_in(&args, TIMEOUT, &dir);
     assert!(
