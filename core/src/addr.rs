@@ -16,7 +16,7 @@ pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[repr(transparent)]
-pub struct Pfn(pub u64);
+pub struct Pfn(u64);
 
 impl Pfn {
     /// The frame number `n`.
@@ -60,7 +60,7 @@ impl fmt::Display for Pfn {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[repr(transparent)]
-pub struct PhysAddr(pub u64);
+pub struct PhysAddr(u64);
 
 impl PhysAddr {
     /// The address `a`.
@@ -93,13 +93,13 @@ impl fmt::Debug for PhysAddr {
 }
 
 /// A half-open range of page frames, `start..end`.
+///
+/// Invariant: `start <= end` (every constructor checks it), so `frames()` never underflows.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct PhysRange {
-    /// First frame of the range.
-    pub start: Pfn,
-    /// One past the last frame of the range.
-    pub end: Pfn,
+    start: Pfn,
+    end: Pfn,
 }
 
 impl PhysRange {
@@ -125,6 +125,14 @@ impl PhysRange {
             None => None,
         }
     }
+    /// First frame of the range.
+    pub const fn start(&self) -> Pfn {
+        self.start
+    }
+    /// One past the last frame of the range.
+    pub const fn end(&self) -> Pfn {
+        self.end
+    }
     /// Number of frames in the range.
     pub const fn frames(&self) -> u64 {
         self.end.0 - self.start.0
@@ -144,6 +152,27 @@ impl PhysRange {
     /// Size of the range in bytes.
     pub const fn bytes(&self) -> u64 {
         self.frames() << PAGE_SHIFT
+    }
+    /// The frames below `at` and the frames from `at` on; `at` is clamped into the range, so
+    /// either part may be empty.
+    pub const fn split_at(&self, at: Pfn) -> (PhysRange, PhysRange) {
+        let cut = if at.0 < self.start.0 {
+            self.start
+        } else if at.0 > self.end.0 {
+            self.end
+        } else {
+            at
+        };
+        (
+            PhysRange {
+                start: self.start,
+                end: cut,
+            },
+            PhysRange {
+                start: cut,
+                end: self.end,
+            },
+        )
     }
 }
 
@@ -209,6 +238,48 @@ impl fmt::Display for Order {
     }
 }
 
+/// A huge page size numaframe pools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum HugeSize {
+    /// 2 MiB, order 9 (x86's PMD size and Linux's default huge page size there).
+    Size2M,
+    /// 1 GiB, order 18 (x86's PUD size).
+    Size1G,
+}
+
+impl HugeSize {
+    /// Both sizes, ascending.
+    pub const ALL: [HugeSize; 2] = [HugeSize::Size2M, HugeSize::Size1G];
+
+    /// The buddy order of a page of this size.
+    pub const fn order(self) -> Order {
+        match self {
+            HugeSize::Size2M => Order::HUGE_2M,
+            HugeSize::Size1G => Order::MAX,
+        }
+    }
+    /// The size in bytes.
+    pub const fn bytes(self) -> u64 {
+        self.order().bytes()
+    }
+    /// The size in KiB, as in Linux's `hugepages-2048kB` directory names.
+    pub const fn kib(self) -> u64 {
+        self.bytes() >> 10
+    }
+    /// The size of `bytes` bytes, or `None` if no huge page has that size.
+    pub const fn from_bytes(bytes: u64) -> Option<HugeSize> {
+        if bytes == HugeSize::Size2M.bytes() {
+            Some(HugeSize::Size2M)
+        } else if bytes == HugeSize::Size1G.bytes() {
+            Some(HugeSize::Size1G)
+        } else {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +297,21 @@ mod tests {
     }
 
     #[test]
+    fn huge_sizes() {
+        use HugeSize::{Size1G, Size2M};
+        assert_eq!(Size2M.order(), Order::HUGE_2M);
+        assert_eq!(Size1G.order(), Order::MAX);
+        assert_eq!(Size2M.bytes(), 2 << 20);
+        assert_eq!(Size1G.bytes(), 1 << 30);
+        assert_eq!(Size2M.kib(), 2048);
+        assert_eq!(Size1G.kib(), 1_048_576);
+        assert_eq!(HugeSize::from_bytes(2 << 20), Some(Size2M));
+        assert_eq!(HugeSize::from_bytes(1 << 30), Some(Size1G));
+        assert_eq!(HugeSize::from_bytes(4 << 20), None);
+        assert_eq!(HugeSize::ALL, [Size2M, Size1G]);
+    }
+
+    #[test]
     fn ranges() {
         let r = PhysRange::from_bytes(PhysAddr(1 << 30), 1 << 30).unwrap();
         assert_eq!(r.frames(), 262_144);
@@ -234,5 +320,10 @@ mod tests {
         assert!(PhysRange::from_bytes(PhysAddr(1), 4096).is_none());
         assert!(PhysRange::from_bytes(PhysAddr(!0xfff), 8192).is_none());
         assert!(PhysRange::new(Pfn(2), Pfn(1)).is_none());
+        let r = PhysRange::new(Pfn(10), Pfn(20)).unwrap();
+        assert_eq!(r.split_at(Pfn(15)).0.frames(), 5);
+        assert_eq!(r.split_at(Pfn(5)).0.frames(), 0);
+        assert_eq!(r.split_at(Pfn(25)).1.frames(), 0);
+        assert_eq!(r.split_at(Pfn(25)).0, r);
     }
 }

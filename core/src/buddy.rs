@@ -71,36 +71,36 @@ impl FreeArea {
     /// still fit in 32 bits.
     pub(crate) fn can_add(&self, sp: &SpanList, range: PhysRange) -> bool {
         let base = if sp.len() == 0 {
-            range.start.get() & !((1 << MAX_ORDER) - 1)
+            range.start().get() & !((1 << MAX_ORDER) - 1)
         } else {
             self.base
         };
         sp.len() < MAX_SPANS_PER_ZONE
-            && range.start.get() >= base
-            && range.end.get() - base < u64::from(NIL)
+            && range.start().get() >= base
+            && range.end().get() - base < u64::from(NIL)
     }
 
     /// Adds a span and frees all its frames as maximal aligned blocks: O(blocks).
     /// The caller has checked [`FreeArea::can_add`].
     pub(crate) fn add_span(&mut self, sp: &SpanList, span: Span) {
         if sp.len() == 0 {
-            self.base = span.range().start.get() & !((1 << MAX_ORDER) - 1);
+            self.base = span.range().start().get() & !((1 << MAX_ORDER) - 1);
         }
         let range = span.range();
         if !sp.push(span) {
             return;
         }
         self.managed_pages += range.frames();
-        let mut pfn = range.start.get();
-        while pfn < range.end.get() {
+        let mut pfn = range.start().get();
+        while pfn < range.end().get() {
             let align = if pfn == 0 {
                 MAX_ORDER
             } else {
                 (pfn.trailing_zeros() as u8).min(MAX_ORDER)
             };
-            let fit = (63 - (range.end.get() - pfn).leading_zeros()) as u8;
+            let fit = (63 - (range.end().get() - pfn).leading_zeros()) as u8;
             let order = Order::new(align.min(fit));
-            self.push(sp, &span, Pfn(pfn), order);
+            self.push(sp, &span, Pfn::new(pfn), order);
             pfn += order.frames();
         }
     }
@@ -110,7 +110,7 @@ impl FreeArea {
     }
 
     fn pfn(&self, idx: u32) -> Pfn {
-        Pfn(self.base + u64::from(idx))
+        Pfn::new(self.base + u64::from(idx))
     }
 
     fn push(&mut self, sp: &SpanList, span: &Span, pfn: Pfn, order: Order) {
@@ -159,7 +159,7 @@ impl FreeArea {
         let (span, pfn, mut got) = self.take(sp, order)?;
         while got > order {
             got = Order::new(got.get() - 1);
-            self.push(sp, &span, Pfn(pfn.get() + got.frames()), got);
+            self.push(sp, &span, Pfn::new(pfn.get() + got.frames()), got);
         }
         span.set_tag(pfn, tag::ALLOCATED | extra | u32::from(order.get()));
         Some(pfn)
@@ -177,10 +177,10 @@ impl FreeArea {
             let mut order = got;
             while order.frames() > want {
                 order = Order::new(order.get() - 1);
-                self.push(sp, &span, Pfn(pfn.get() + order.frames()), order);
+                self.push(sp, &span, Pfn::new(pfn.get() + order.frames()), order);
             }
             for i in 0..order.frames() {
-                let f = Pfn(pfn.get() + i);
+                let f = Pfn::new(pfn.get() + i);
                 span.set_tag(f, tag::ALLOCATED | extra);
                 out[n] = f;
                 n += 1;
@@ -238,12 +238,12 @@ impl FreeArea {
 
     fn merge_in(&mut self, sp: &SpanList, span: &Span, mut pfn: Pfn, mut order: Order) {
         while order.get() < MAX_ORDER {
-            let buddy = Pfn(pfn.get() ^ order.frames());
+            let buddy = Pfn::new(pfn.get() ^ order.frames());
             if !span.holds(buddy, order) || span.tag(buddy) != tag::FREE | u32::from(order.get()) {
                 break;
             }
             self.unlink(sp, span, buddy, order);
-            pfn = Pfn(pfn.get() & !order.frames());
+            pfn = Pfn::new(pfn.get() & !order.frames());
             order = Order::new(order.get() + 1);
         }
         self.push(sp, span, pfn, order);
@@ -350,7 +350,7 @@ impl FreeArea {
                 if back != prev {
                     return Err(InvariantError::BrokenLink { pfn });
                 }
-                let buddy = Pfn(pfn.get() ^ order.frames());
+                let buddy = Pfn::new(pfn.get() ^ order.frames());
                 if order.get() < MAX_ORDER
                     && span.holds(buddy, order)
                     && span.tag(buddy) == tag::FREE | u32::from(order.get())

@@ -1273,7 +1273,7 @@ mod tests {
         assert_eq!(t.cpus(), &[n(0), n(1), n(2), n(3)]);
         assert_eq!(t.ranges().len(), 4);
         assert_eq!(t.ranges()[2].node, n(2));
-        assert_eq!(t.ranges()[2].range.start, Pfn(3 * G / PAGE_SIZE));
+        assert_eq!(t.ranges()[2].range.start(), Pfn::new(3 * G / PAGE_SIZE));
         assert!(t.infos().iter().all(|i| i.has_cpus && i.has_memory));
         assert_eq!(
             info.bootargs,
@@ -1368,7 +1368,7 @@ mod tests {
         let r = t.ranges();
         assert_eq!(r.len(), 1, "the 100-byte range holds no whole frame");
         assert_eq!(r[0].range.frames(), 1);
-        assert_eq!(r[0].range.start.addr().get(), G + PAGE_SIZE);
+        assert_eq!(r[0].range.start().addr().get(), G + PAGE_SIZE);
     }
 
     #[test]

@@ -77,8 +77,8 @@ impl IdentityMap {
 // addresses.
 unsafe impl FrameMap for IdentityMap {
     fn map_frames(&self, range: PhysRange) -> Option<NonNull<u8>> {
-        let addr = usize::try_from(range.start.addr().get()).ok()?;
-        usize::try_from(range.end.addr().get()).ok()?;
+        let addr = usize::try_from(range.start().addr().get()).ok()?;
+        usize::try_from(range.end().addr().get()).ok()?;
         NonNull::new(ptr::with_exposed_provenance_mut(addr))
     }
 }
@@ -333,7 +333,7 @@ impl Chunks {
         self.chunks[i..self.len].rotate_left(1);
         self.len -= 1;
         for b in 0..u64::from(c.blocks) {
-            let pfn = Pfn(c.first.get() + b * c.order.frames());
+            let pfn = Pfn::new(c.first.get() + b * c.order.frames());
             let freed = machine.free(pfn, c.order);
             debug_assert!(freed.is_ok(), "heap blocks are allocated: {freed:?}");
         }
@@ -647,8 +647,8 @@ mod tests {
     // machine once, so the pages are used by one heap at a time.
     unsafe impl FrameMap for VecFrames {
         fn map_frames(&self, range: PhysRange) -> Option<NonNull<u8>> {
-            let start = range.start.get().checked_sub(self.base)?;
-            if range.end.get() > self.base + self.frames {
+            let start = range.start().get().checked_sub(self.base)?;
+            if range.end().get() > self.base + self.frames {
                 return None;
             }
             // SAFETY: `start` frames into the buffer is inside it (checked above).
@@ -780,7 +780,7 @@ mod tests {
             // SAFETY: a non-zero layout.
             let p = unsafe { heap.alloc(layout) };
             assert!(!p.is_null());
-            let pfn = Pfn((p.addr() - frames.ptr.addr()) as u64 / PAGE_SIZE);
+            let pfn = Pfn::new((p.addr() - frames.ptr.addr()) as u64 / PAGE_SIZE);
             let want = if cpu_node == 2 { 1 } else { cpu_node };
             assert_eq!(m.node_of(pfn), Some(node(want)), "CPU on node {cpu_node}");
             live.push(p);
@@ -800,7 +800,7 @@ mod tests {
             // SAFETY: a non-zero layout.
             let p = unsafe { heap.alloc(big) };
             assert!(!p.is_null());
-            let pfn = Pfn((p.addr() - frames.ptr.addr()) as u64 / PAGE_SIZE);
+            let pfn = Pfn::new((p.addr() - frames.ptr.addr()) as u64 / PAGE_SIZE);
             on1 += usize::from(m.node_of(pfn) == Some(node(1)));
         }
         assert!(on1 > 0, "node 0 (4 MiB) cannot hold 20 x 256 KiB");

@@ -26,9 +26,9 @@
 //! // every range it maps (the frames it hands out are never touched through `map`).
 //! unsafe impl PhysMemory for Arena {
 //!     fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
-//!         (range.end.get() <= FRAMES).then(|| {
+//!         (range.end().get() <= FRAMES).then(|| {
 //!             // SAFETY: the range lies inside the arena.
-//!             NonNull::new(unsafe { self.0.add(range.start.addr().get() as usize) }).unwrap()
+//!             NonNull::new(unsafe { self.0.add(range.start().addr().get() as usize) }).unwrap()
 //!         })
 //!     }
 //! }
@@ -42,8 +42,8 @@
 //! let nodes = [node, node];
 //! let topology = Topology::new(&distances, &nodes)?;
 //! let ranges = [
-//!     MemoryRange { node: NodeId::new(0), range: PhysRange::new(Pfn(0), Pfn(256)).unwrap() },
-//!     MemoryRange { node: NodeId::new(1), range: PhysRange::new(Pfn(256), Pfn(512)).unwrap() },
+//!     MemoryRange { node: NodeId::new(0), range: PhysRange::new(Pfn::new(0), Pfn::new(256)).unwrap() },
+//!     MemoryRange { node: NodeId::new(1), range: PhysRange::new(Pfn::new(256), Pfn::new(512)).unwrap() },
 //! ];
 //! let arena = Arena(&raw mut MEMORY as *mut u8);
 //! let machine = Machine::boot(topology, &arena, &ranges, BootOptions::default())?;
@@ -82,7 +82,7 @@ mod test_util;
 
 #[cfg(feature = "fdt")]
 pub use self::fdt::{FdtError, FdtTopology};
-pub use addr::{MAX_ORDER, Order, PAGE_SIZE, Pfn, PhysAddr, PhysRange};
+pub use addr::{HugeSize, MAX_ORDER, Order, PAGE_SIZE, Pfn, PhysAddr, PhysRange};
 pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
 pub use machine::{AllocFlags, BootOptions, Machine, MemoryRange};

@@ -5,10 +5,10 @@ use core::mem::size_of;
 
 use bitflags::bitflags;
 
+use crate::addr::HugeSize;
 use crate::addr::{Order, PAGE_SIZE, Pfn, PhysRange};
 use crate::buddy::classify;
 use crate::error::{BootError, BulkFreeError, FreeError, InvariantError};
-use crate::hugetlb::cmdline::HugeSize;
 use crate::interleave::Weights;
 use crate::meta::{Span, tag};
 use crate::node::{DMA32_END, Mark, Node, Zone, ZoneKind, default_min_free_kbytes, watermarks};
@@ -103,7 +103,7 @@ impl Layout<'_> {
 
     fn find(&self, pfn: Pfn) -> Option<SpanRef> {
         let live = &self.index[..self.spans];
-        let i = live.partition_point(|s| s.range.end <= pfn);
+        let i = live.partition_point(|s| s.range.end() <= pfn);
         live.get(i).filter(|s| s.range.contains(pfn)).copied()
     }
 
@@ -118,7 +118,7 @@ impl Layout<'_> {
         if self.spans == self.index.len() {
             return Err(BootError::TooManyRanges);
         }
-        let at = self.index[..self.spans].partition_point(|s| s.range.start < r.range.start);
+        let at = self.index[..self.spans].partition_point(|s| s.range.start() < r.range.start());
         self.index.copy_within(at..self.spans, at + 1);
         self.index[at] = r;
         self.spans += 1;
@@ -155,28 +155,18 @@ fn pieces(
     range: PhysRange,
     mut f: impl FnMut(Piece) -> Result<(), BootError>,
 ) -> Result<(), BootError> {
-    let cut = range.start.max(range.end.min(DMA32_END));
-    for part in [
-        PhysRange {
-            start: range.start,
-            end: cut,
-        },
-        PhysRange {
-            start: cut,
-            end: range.end,
-        },
-    ] {
+    let (below, above) = range.split_at(DMA32_END);
+    for part in [below, above] {
         if part.is_empty() {
             continue;
         }
-        let bad = BootError::BadRange { start: part.start };
+        let bad = BootError::BadRange {
+            start: part.start(),
+        };
         // Metadata for the whole part is an upper bound for what the usable rest needs.
         let meta_frames = Span::region_bytes(part).div_ceil(PAGE_SIZE);
         let meta = tail(part, meta_frames).ok_or(bad)?;
-        let usable = PhysRange {
-            start: part.start,
-            end: meta.start,
-        };
+        let usable = part.split_at(meta.start()).0;
         if usable.is_empty() {
             return Err(bad);
         }
@@ -194,9 +184,9 @@ fn validate_range(topo: &Topology<'_>, r: &MemoryRange) -> Result<(), BootError>
     if !topo.contains(r.node) {
         return Err(BootError::UnknownNode { node: r.node });
     }
-    if r.range.is_empty() || r.range.end.get() > 1 << 52 {
+    if r.range.is_empty() || r.range.end().get() > 1 << 52 {
         return Err(BootError::BadRange {
-            start: r.range.start,
+            start: r.range.start(),
         });
     }
     Ok(())
@@ -225,7 +215,7 @@ impl<'a> Machine<'a> {
             validate_range(&topo, r)?;
             if ranges[..i].iter().any(|o| o.range.overlaps(&r.range)) {
                 return Err(BootError::Overlap {
-                    start: r.range.start,
+                    start: r.range.start(),
                 });
             }
         }
@@ -268,7 +258,7 @@ impl<'a> Machine<'a> {
         let host = host.ok_or(BootError::NoBootMemory)?;
         let tables = tail(host, table_frames).ok_or(BootError::NoBootMemory)?;
         let mut carve = BootCarve::new(mem, tables).ok_or(BootError::MapFailed {
-            start: tables.start,
+            start: tables.start(),
         })?;
         let oom = BootError::NoBootMemory;
         let nodes = carve.slice(n, |i| Node::new(NodeId::new(i))).ok_or(oom)?;
@@ -326,13 +316,13 @@ impl<'a> Machine<'a> {
             let mut last: Option<Pfn> = None;
             while let Some(r) = ranges
                 .iter()
-                .filter(|r| last.is_none_or(|l| r.range.start > l))
-                .min_by_key(|r| r.range.start)
+                .filter(|r| last.is_none_or(|l| r.range.start() > l))
+                .min_by_key(|r| r.range.start())
             {
-                last = Some(r.range.start);
+                last = Some(r.range.start());
                 pieces(r.node, r.range, |mut p| {
                     if p.usable.overlaps(&tables) {
-                        p.usable.end = tables.start;
+                        p.usable = p.usable.split_at(tables.start()).0;
                     }
                     machine.check_piece(&layout, &p, 0)?;
                     let span = Self::map_piece(mem, &p)?;
@@ -346,10 +336,10 @@ impl<'a> Machine<'a> {
 
     /// Checks that a piece can join its zone and the span index; changes nothing.
     fn check_piece(&self, layout: &Layout<'a>, p: &Piece, extra: usize) -> Result<(), BootError> {
-        let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start));
+        let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start()));
         if p.usable.is_empty() || !zone.inner.lock().area.can_add(&zone.spans, p.usable) {
             return Err(BootError::BadRange {
-                start: p.usable.start,
+                start: p.usable.start(),
             });
         }
         if layout.spans + extra >= layout.index.len() {
@@ -361,7 +351,7 @@ impl<'a> Machine<'a> {
     /// Maps a piece's metadata; the allocator's state is unchanged.
     fn map_piece<M: PhysMemory + ?Sized>(mem: &'a M, p: &Piece) -> Result<Span, BootError> {
         Span::map(mem, p.usable, p.meta).ok_or(BootError::MapFailed {
-            start: p.meta.start,
+            start: p.meta.start(),
         })
     }
 
@@ -372,7 +362,7 @@ impl<'a> Machine<'a> {
         p: &Piece,
         span: Span,
     ) -> Result<(), BootError> {
-        let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start));
+        let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start()));
         zone.inner.lock().area.add_span(&zone.spans, span);
         layout.insert(SpanRef {
             range: p.usable,
@@ -425,7 +415,9 @@ impl<'a> Machine<'a> {
         validate_range(&self.topo, &r)?;
         let mut layout = self.layout.write();
         if layout.overlaps(range) {
-            return Err(BootError::Overlap { start: range.start });
+            return Err(BootError::Overlap {
+                start: range.start(),
+            });
         }
         // Check and map every piece before changing anything, so a failure leaves the machine
         // as it was (a mapping the platform made stays with the platform).
@@ -955,7 +947,7 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
-    use crate::hugetlb::cmdline::HugeSize;
+    use crate::addr::HugeSize;
     use crate::test_util::{SparseMem, Spec, for_many_machines};
 
     fn n(i: usize) -> NodeId {
@@ -1007,21 +999,23 @@ mod tests {
             })
         );
         assert_eq!(
-            m.free(Pfn(p.get() + 1), Order::ZERO),
+            m.free(Pfn::new(p.get() + 1), Order::ZERO),
             Err(FreeError::NotAllocated {
-                pfn: Pfn(p.get() + 1)
+                pfn: Pfn::new(p.get() + 1)
             })
         );
         assert_eq!(
-            m.free(Pfn(p.get() + 1), Order::new(2)),
+            m.free(Pfn::new(p.get() + 1), Order::new(2)),
             Err(FreeError::Misaligned {
-                pfn: Pfn(p.get() + 1),
+                pfn: Pfn::new(p.get() + 1),
                 order: Order::new(2)
             })
         );
         assert_eq!(
-            m.free(Pfn(1 << 40), Order::ZERO),
-            Err(FreeError::Foreign { pfn: Pfn(1 << 40) })
+            m.free(Pfn::new(1 << 40), Order::ZERO),
+            Err(FreeError::Foreign {
+                pfn: Pfn::new(1 << 40)
+            })
         );
         assert_eq!(snapshot(&m), before);
         m.free(p, Order::new(2)).unwrap();
@@ -1036,7 +1030,7 @@ mod tests {
 
     for_many_machines!(bulk_round_trip, |m| {
         let before = snapshot(&m);
-        let mut out = [Pfn(0); 300];
+        let mut out = [Pfn::new(0); 300];
         let got = m.alloc_bulk(n(0), AllocFlags::empty(), &mut out);
         assert_eq!(got, 300);
         m.check_invariants().unwrap();
@@ -1120,15 +1114,17 @@ mod tests {
         let mut row = [NodeId::default(); 3];
         assert_eq!(m.fallback_order(n(2), &mut row), 2);
         assert_eq!(m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE), None);
-        let r = PhysRange::new(Pfn(1 << 21), Pfn((1 << 21) + 2048)).unwrap();
+        let r = PhysRange::new(Pfn::new(1 << 21), Pfn::new((1 << 21) + 2048)).unwrap();
         assert_eq!(
             m.hot_add(&mem, n(5), r, FallbackOptions::default()),
             Err(BootError::UnknownNode { node: n(5) })
         );
-        let overlap = PhysRange::new(Pfn(1000), Pfn(3000)).unwrap();
+        let overlap = PhysRange::new(Pfn::new(1000), Pfn::new(3000)).unwrap();
         assert_eq!(
             m.hot_add(&mem, n(2), overlap, FallbackOptions::default()),
-            Err(BootError::Overlap { start: Pfn(1000) })
+            Err(BootError::Overlap {
+                start: Pfn::new(1000)
+            })
         );
         m.hot_add(&mem, n(2), r, FallbackOptions::default())
             .unwrap();
@@ -1163,9 +1159,9 @@ mod tests {
             Err(FreeError::HugePage { pfn: p })
         );
         assert_eq!(
-            m.free_huge(Pfn(p.get() + 1), HugeSize::Size2M),
+            m.free_huge(Pfn::new(p.get() + 1), HugeSize::Size2M),
             Err(FreeError::Misaligned {
-                pfn: Pfn(p.get() + 1),
+                pfn: Pfn::new(p.get() + 1),
                 order: Order::HUGE_2M
             })
         );
@@ -1243,12 +1239,14 @@ mod tests {
     #[test]
     fn boot_rejects_bad_layouts() {
         let mut spec = Spec::uniform(2, 1024, 0);
-        spec.ranges[1].range.start = Pfn(1000);
+        spec.ranges[1].range = PhysRange::new(Pfn::new(1000), spec.ranges[1].range.end()).unwrap();
         let mem = SparseMem::default();
         let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
         assert_eq!(
             Machine::boot(topo, &mem, &spec.ranges, BootOptions::default()).unwrap_err(),
-            BootError::Overlap { start: Pfn(1000) }
+            BootError::Overlap {
+                start: Pfn::new(1000)
+            }
         );
         let spec = Spec::uniform(2, 1024, 0);
         let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
@@ -1259,13 +1257,13 @@ mod tests {
         let tiny = [
             MemoryRange {
                 node: n(0),
-                range: PhysRange::new(Pfn(0), Pfn(1)).unwrap(),
+                range: PhysRange::new(Pfn::new(0), Pfn::new(1)).unwrap(),
             },
             spec.ranges[1],
         ];
         assert_eq!(
             Machine::boot(topo, &mem, &tiny, BootOptions::default()).unwrap_err(),
-            BootError::BadRange { start: Pfn(0) }
+            BootError::BadRange { start: Pfn::new(0) }
         );
     }
 }

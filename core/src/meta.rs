@@ -102,7 +102,7 @@ fn count(range: PhysRange, shift: u32) -> u64 {
     if range.is_empty() {
         0
     } else {
-        ((range.end.get() - 1) >> shift) - (range.start.get() >> shift) + 1
+        ((range.end().get() - 1) >> shift) - (range.start().get() >> shift) + 1
     }
 }
 
@@ -174,24 +174,24 @@ impl Span {
 
     /// `true` if the whole block `pfn .. pfn + 2^order` lies in the span.
     pub(crate) fn holds(&self, pfn: Pfn, order: Order) -> bool {
-        self.range.contains(pfn) && pfn.get() + order.frames() <= self.range.end.get()
+        self.range.contains(pfn) && pfn.get() + order.frames() <= self.range.end().get()
     }
 
     fn section_index(&self, pfn: Pfn) -> usize {
-        ((pfn.get() >> SECTION_SHIFT) - (self.range.start.get() >> SECTION_SHIFT)) as usize
+        ((pfn.get() >> SECTION_SHIFT) - (self.range.start().get() >> SECTION_SHIFT)) as usize
     }
 
     fn subsection_index(&self, pfn: Pfn) -> usize {
-        ((pfn.get() >> SUBSECTION_SHIFT) - (self.range.start.get() >> SUBSECTION_SHIFT)) as usize
+        ((pfn.get() >> SUBSECTION_SHIFT) - (self.range.start().get() >> SUBSECTION_SHIFT)) as usize
     }
 
     fn section_anchor(&self, s: usize) -> Pfn {
-        let start = ((self.range.start.get() >> SECTION_SHIFT) + s as u64) << SECTION_SHIFT;
-        Pfn(start.max(self.range.start.get()))
+        let start = ((self.range.start().get() >> SECTION_SHIFT) + s as u64) << SECTION_SHIFT;
+        Pfn::new(start.max(self.range.start().get()))
     }
 
     fn anchor_of(&self, pfn: Pfn, shift: u32) -> Pfn {
-        Pfn(((pfn.get() >> shift) << shift).max(self.range.start.get()))
+        Pfn::new(((pfn.get() >> shift) << shift).max(self.range.start().get()))
     }
 
     /// Where the entry of `pfn` lives: anchors sit in their own dense tables, so that boot
@@ -208,7 +208,7 @@ impl Span {
             } else {
                 self.entries
                     .as_ptr()
-                    .add((pfn.get() - self.range.start.get()) as usize)
+                    .add((pfn.get() - self.range.start().get()) as usize)
             }
         }
     }
@@ -252,10 +252,10 @@ impl Span {
         let sec_anchor = self.anchor_of(pfn, SECTION_SHIFT);
         if self.section_state(pfn) != ACTIVE {
             let sec_end = ((sec_anchor.get() >> SECTION_SHIFT) + 1) << SECTION_SHIFT;
-            let end = sec_end.min(self.range.end.get());
+            let end = sec_end.min(self.range.end().get());
             let mut sub = sec_anchor.get();
             while sub < end {
-                let p = Pfn(sub);
+                let p = Pfn::new(sub);
                 // SAFETY: `p` is a frame of the span, so its subsection byte exists.
                 unsafe {
                     self.subsections
@@ -279,11 +279,11 @@ impl Span {
         let sub_anchor = self.anchor_of(pfn, SUBSECTION_SHIFT);
         if pfn != sub_anchor && self.subsection_state(pfn) != ACTIVE {
             let sub_end = (((sub_anchor.get() >> SUBSECTION_SHIFT) + 1) << SUBSECTION_SHIFT)
-                .min(self.range.end.get());
+                .min(self.range.end().get());
             let first = sub_anchor.get() + 1;
             // SAFETY: `first..sub_end` are frames of the span, so the entries are inside the region.
             unsafe {
-                self.entry(Pfn(first))
+                self.entry(Pfn::new(first))
                     .write_bytes(0, (sub_end - first) as usize)
             };
             // SAFETY: `pfn` is a frame of the span, so its subsection byte exists.
@@ -489,7 +489,7 @@ mod tests {
     use std::vec;
 
     fn span(start: u64, frames: u64) -> (Span, std::vec::Vec<u32>) {
-        let range = PhysRange::new(Pfn(start), Pfn(start + frames)).unwrap();
+        let range = PhysRange::new(Pfn::new(start), Pfn::new(start + frames)).unwrap();
         // Fill with garbage: the lazy rules must never read it as a tag.
         let mut buf = vec![0xdead_beef_u32; (Span::region_bytes(range) as usize).div_ceil(4)];
         // SAFETY: the buffer is 4-aligned, large enough, and outlives the span in each test.
@@ -501,19 +501,19 @@ mod tests {
     fn garbage_reads_as_zero_until_prepared() {
         let (s, _buf) = span(0, 1 << 19);
         for pfn in [1, 511, 512, 513, 262_143, 262_145, 300_000] {
-            assert_eq!(s.tag(Pfn(pfn)), 0, "pfn {pfn}");
+            assert_eq!(s.tag(Pfn::new(pfn)), 0, "pfn {pfn}");
         }
-        assert_eq!(s.tag(Pfn(0)), 0);
-        assert_eq!(s.tag(Pfn(262_144)), 0);
-        s.set_tag(Pfn(513), 7);
-        assert_eq!(s.tag(Pfn(513)), 7);
-        assert_eq!(s.tag(Pfn(514)), 0);
-        assert_eq!(s.tag(Pfn(1024)), 0);
-        s.set_tag(Pfn(1024), 9);
-        assert_eq!(s.tag(Pfn(1024)), 9);
-        assert_eq!(s.tag(Pfn(1025)), 0, "subsection of 1024 still lazy");
+        assert_eq!(s.tag(Pfn::new(0)), 0);
+        assert_eq!(s.tag(Pfn::new(262_144)), 0);
+        s.set_tag(Pfn::new(513), 7);
+        assert_eq!(s.tag(Pfn::new(513)), 7);
+        assert_eq!(s.tag(Pfn::new(514)), 0);
+        assert_eq!(s.tag(Pfn::new(1024)), 0);
+        s.set_tag(Pfn::new(1024), 9);
+        assert_eq!(s.tag(Pfn::new(1024)), 9);
+        assert_eq!(s.tag(Pfn::new(1025)), 0, "subsection of 1024 still lazy");
         assert_eq!(
-            s.tag(Pfn(513)),
+            s.tag(Pfn::new(513)),
             7,
             "earlier writes survive later activations"
         );
@@ -522,12 +522,12 @@ mod tests {
     #[test]
     fn unaligned_span_anchors() {
         let (s, _buf) = span(262_144 - 3, 10);
-        assert_eq!(s.tag(Pfn(262_141)), 0);
-        s.set_tag(Pfn(262_142), 3);
-        s.set_tag(Pfn(262_144), 4);
-        assert_eq!(s.tag(Pfn(262_142)), 3);
-        assert_eq!(s.tag(Pfn(262_144)), 4);
-        assert!(s.holds(Pfn(262_144), Order::new(2)));
-        assert!(!s.holds(Pfn(262_144), Order::new(3)));
+        assert_eq!(s.tag(Pfn::new(262_141)), 0);
+        s.set_tag(Pfn::new(262_142), 3);
+        s.set_tag(Pfn::new(262_144), 4);
+        assert_eq!(s.tag(Pfn::new(262_142)), 3);
+        assert_eq!(s.tag(Pfn::new(262_144)), 4);
+        assert!(s.holds(Pfn::new(262_144), Order::new(2)));
+        assert!(!s.holds(Pfn::new(262_144), Order::new(3)));
     }
 }

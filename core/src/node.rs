@@ -10,7 +10,7 @@ use crate::sync::{AtomicU32, Mutex, Ordering};
 use crate::topology::NodeId;
 
 /// First frame above the `Dma32` zone (4 GiB).
-pub const DMA32_END: Pfn = Pfn(1 << 20);
+pub const DMA32_END: Pfn = Pfn::new(1 << 20);
 
 /// The zones of a node, lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -192,7 +192,7 @@ impl CpuCache<'_> {
         if list.head == NIL {
             return None;
         }
-        let pfn = Pfn(list.head);
+        let pfn = Pfn::new(list.head);
         let span = zone
             .spans
             .find(pfn)
@@ -234,7 +234,7 @@ impl CpuCache<'_> {
         let mut z = zone.inner.lock();
         let mut done = 0;
         while done < n && list.head != NIL {
-            let pfn = Pfn(list.head);
+            let pfn = Pfn::new(list.head);
             let span = zone
                 .spans
                 .find(pfn)
@@ -347,7 +347,7 @@ impl<'a> Machine<'a> {
                 // Emergency reserves go to the caller, not into a cache.
                 return zone.alloc(order, mark);
             }
-            let mut buf = [Pfn(0); MAX_BATCH as usize];
+            let mut buf = [Pfn::new(0); MAX_BATCH as usize];
             let got = zone.alloc_bulk(&mut buf[..batch], mark, tag::CACHED);
             for &p in buf[..got].iter().rev() {
                 c.push(node, zone, p);
@@ -438,7 +438,7 @@ impl<'a> Machine<'a> {
                     let mut cur = list.head;
                     let mut n = 0u32;
                     while cur != NIL {
-                        let pfn = Pfn(cur);
+                        let pfn = Pfn::new(cur);
                         let span = zone
                             .spans
                             .find(pfn)
@@ -517,8 +517,10 @@ mod tests {
             Err(FreeError::DoubleFree { pfn: p })
         );
         assert_eq!(
-            m.free_cpu(c1, Pfn(1 << 40), Order::ZERO),
-            Err(FreeError::Foreign { pfn: Pfn(1 << 40) })
+            m.free_cpu(c1, Pfn::new(1 << 40), Order::ZERO),
+            Err(FreeError::Foreign {
+                pfn: Pfn::new(1 << 40)
+            })
         );
         m.check_invariants().unwrap();
         // The same frame comes back first (LIFO, cache-hot).

@@ -80,9 +80,9 @@ pub(crate) fn pages_for(bytes: usize, tables: usize) -> u64 {
 
 /// The frames `range.end - frames .. range.end`, or `None` if the range is smaller.
 pub(crate) fn tail(range: PhysRange, frames: u64) -> Option<PhysRange> {
-    let start = range.end.get().checked_sub(frames)?;
-    if start < range.start.get() {
+    let start = range.end().get().checked_sub(frames)?;
+    if start < range.start().get() {
         return None;
     }
-    PhysRange::new(Pfn(start), range.end)
+    PhysRange::new(Pfn::new(start), range.end())
 }

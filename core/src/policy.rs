@@ -25,9 +25,9 @@
 //! node of the package can serve does the policy fall back to the whole mask.
 #![deny(unsafe_code)]
 
+use crate::addr::HugeSize;
 use crate::addr::{Order, Pfn};
 use crate::error::PolicyError;
-use crate::hugetlb::cmdline::HugeSize;
 use crate::interleave::{IlState, Weights, plan_bulk};
 use crate::machine::{AllocFlags, Machine};
 use crate::topology::{NodeId, NodeMask, Topology};

@@ -80,8 +80,11 @@ impl Spec {
         let ranges = (0..n as u64)
             .map(|i| MemoryRange {
                 node: NodeId::new(i as usize),
-                range: PhysRange::new(Pfn(base + i * frames), Pfn(base + (i + 1) * frames))
-                    .unwrap(),
+                range: PhysRange::new(
+                    Pfn::new(base + i * frames),
+                    Pfn::new(base + (i + 1) * frames),
+                )
+                .unwrap(),
             })
             .collect();
         Spec {

@@ -24,9 +24,9 @@ use ::x86_64::structures::paging::{
     FrameAllocator, FrameDeallocator, PageSize, PhysFrame, Size1GiB, Size2MiB, Size4KiB,
 };
 
+use crate::addr::HugeSize;
 use crate::addr::{Order, Pfn, PhysAddr};
 use crate::error::FreeError;
-use crate::hugetlb::cmdline::HugeSize;
 use crate::machine::{AllocFlags, Machine};
 use crate::policy::TaskPolicy;
 use crate::topology::NodeId;

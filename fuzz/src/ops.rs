@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use arbitrary::{Arbitrary, Unstructured};
 use numaframe::addr::NR_ORDERS;
-use numaframe::hugetlb::cmdline::HugeSize;
+use numaframe::HugeSize;
 use numaframe::interleave::{IlState, Weights};
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
@@ -254,7 +254,7 @@ fn donor_cpus() -> &'static [CpuId] {
         let topo = Topology::new(&[10], &infos).expect("one-node topology");
         let ranges = [MemoryRange {
             node: NodeId::new(0),
-            range: PhysRange::new(Pfn(0), Pfn(4096)).expect("range"),
+            range: PhysRange::new(Pfn::new(0), Pfn::new(4096)).expect("range"),
         }];
         let cpus = [NodeId::new(0); DONOR_CPUS];
         let opts = BootOptions {
@@ -317,7 +317,7 @@ pub fn run_input(input: &Input) {
         .iter()
         .map(|&(node, start, frames)| MemoryRange {
             node: NodeId::new(node),
-            range: PhysRange::new(Pfn(start), Pfn(start + frames)).expect("shape range"),
+            range: PhysRange::new(Pfn::new(start), Pfn::new(start + frames)).expect("shape range"),
         })
         .collect();
     let cpu_nodes = CPU_NODES.map(NodeId::new);
@@ -371,8 +371,8 @@ impl<'m, 'a> Harness<'m, 'a> {
         let present: Vec<PhysRange> = ranges.iter().map(|r| r.range).collect();
         let mut anchors = vec![0, DMA32_END, 3 * DMA32_END, 1 << 40, PFN_LIMIT - 64];
         for r in &present {
-            anchors.push(r.start.get());
-            anchors.push(r.end.get());
+            anchors.push(r.start().get());
+            anchors.push(r.end().get());
         }
         let known_cpus = m.cpu_count();
         let mut cpus: Vec<CpuId> = (0..known_cpus).filter_map(|i| m.cpu(i)).collect();
@@ -406,7 +406,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             .iter()
             .filter(|(_, b)| filter(b))
             .nth(usize::from(pick) % n)
-            .map(|(&p, &b)| (Pfn(p), b))
+            .map(|(&p, &b)| (Pfn::new(p), b))
     }
 
     /// Records a block the machine handed out, checking it is aligned, owned by one node, and
@@ -417,7 +417,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             .m
             .node_of(pfn)
             .unwrap_or_else(|| panic!("handed out {pfn:?}, which the machine does not own"));
-        let last = Pfn(pfn.get() + order.frames() - 1);
+        let last = Pfn::new(pfn.get() + order.frames() - 1);
         assert_eq!(
             self.m.node_of(last),
             Some(node),
@@ -427,7 +427,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             assert!(
                 s + b.order.frames() <= pfn.get(),
                 "{pfn:?}/{order:?} handed out while {:?}/{:?} is still out",
-                Pfn(s),
+                Pfn::new(s),
                 b.order
             );
         }
@@ -435,7 +435,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             assert!(
                 s >= pfn.get() + order.frames(),
                 "{pfn:?}/{order:?} handed out while {:?}/{:?} is still out",
-                Pfn(s),
+                Pfn::new(s),
                 b.order
             );
         }
@@ -476,7 +476,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             }
             Op::AllocBulk { node, n, flags } => {
                 let (node, flags) = (node_of(node), flags_of(flags));
-                let mut out = vec![Pfn(u64::MAX); usize::from(n % 600)];
+                let mut out = vec![Pfn::new(u64::MAX); usize::from(n % 600)];
                 let got = m.alloc_bulk(node, flags, &mut out);
                 assert!(got <= out.len());
                 if node.index() >= NODES {
@@ -508,7 +508,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                     192..=223 => {
                         order = order_of(order.get().wrapping_add(1 + mutate % 3));
                     }
-                    _ => pfn = Pfn(pfn.get() + 1 + u64::from(mutate % 7)),
+                    _ => pfn = Pfn::new(pfn.get() + 1 + u64::from(mutate % 7)),
                 }
                 let via = self.via(via, order, b.kind);
                 self.free(pfn, order, via);
@@ -520,7 +520,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                 via,
             } => {
                 let base = self.anchors[usize::from(anchor) % self.anchors.len()];
-                let pfn = Pfn(base.saturating_add_signed(i64::from(offset)));
+                let pfn = Pfn::new(base.saturating_add_signed(i64::from(offset)));
                 let order = order_of(order);
                 let via = self.via(via, order, Kind::Small);
                 self.free(pfn, order, via);
@@ -593,7 +593,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                     return;
                 };
                 let (cpu_node, flags) = (node_of(cpu_node), flags_of(flags));
-                let mut out = vec![Pfn(u64::MAX); usize::from(n % 600)];
+                let mut out = vec![Pfn::new(u64::MAX); usize::from(n % 600)];
                 let r = p.alloc_bulk(m, cpu_node, flags, &mut out);
                 assert!(r.placed <= out.len());
                 let most_calls = match p.policy() {
@@ -715,7 +715,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                     (_, Kind::Small) => size_of(b.order == Order::MAX),
                 };
                 let pfn = if mutate >= 240 {
-                    Pfn(pfn.get() + u64::from(mutate % 3) + 1)
+                    Pfn::new(pfn.get() + u64::from(mutate % 3) + 1)
                 } else {
                     pfn
                 };
@@ -740,7 +740,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let base = self.anchors[usize::from(anchor) % self.anchors.len()];
                 let start = base.saturating_add_signed(i64::from(offset));
                 let frames = u64::from(len) << (scale % 24);
-                let range = PhysRange::new(Pfn(start), Pfn(start.saturating_add(frames)))
+                let range = PhysRange::new(Pfn::new(start), Pfn::new(start.saturating_add(frames)))
                     .expect("end >= start");
                 let opts = FallbackOptions {
                     linux_boot_order: boot_order,
@@ -865,7 +865,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             .model
             .iter()
             .filter(|(_, b)| b.order == Order::ZERO && b.kind == Kind::Small)
-            .map(|(&p, _)| Pfn(p))
+            .map(|(&p, _)| Pfn::new(p))
             .collect();
         let mut list: Vec<Pfn> = Vec::new();
         if !smalls.is_empty() {
@@ -883,10 +883,10 @@ impl<'m, 'a> Harness<'m, 'a> {
                 // A repeat of an entry.
                 0 if !list.is_empty() => list[usize::from(what) % list.len()],
                 // Any block of the model (huge pages and larger orders included).
-                1 => self.pick(at as u16, |_| true).map_or(Pfn(0), |(p, _)| p),
+                1 => self.pick(at as u16, |_| true).map_or(Pfn::new(0), |(p, _)| p),
                 // A block freed before.
                 2 if !self.freed.is_empty() => self.freed[usize::from(what) % self.freed.len()].0,
-                _ => Pfn(self.anchors[usize::from(what) % self.anchors.len()]),
+                _ => Pfn::new(self.anchors[usize::from(what) % self.anchors.len()]),
             };
             list.insert(at, intruder);
         }
@@ -961,10 +961,10 @@ impl<'m, 'a> Harness<'m, 'a> {
         let overlaps = self.present.iter().any(|r| r.overlaps(&range));
         if node.index() >= NODES {
             assert_eq!(result, Err(BootError::UnknownNode { node }));
-        } else if range.is_empty() || range.end.get() > PFN_LIMIT {
+        } else if range.is_empty() || range.end().get() > PFN_LIMIT {
             assert_eq!(
                 result,
-                Err(BootError::BadRange { start: range.start }),
+                Err(BootError::BadRange { start: range.start() }),
                 "{range:?}"
             );
         } else if overlaps {
@@ -983,7 +983,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             return;
         }
         assert_eq!(
-            m.node_of(range.start),
+            m.node_of(range.start()),
             Some(node),
             "hot-added frames belong to the node"
         );
@@ -998,8 +998,8 @@ impl<'m, 'a> Harness<'m, 'a> {
             }
         }
         self.present.push(range);
-        self.anchors.push(range.start.get());
-        self.anchors.push(range.end.get());
+        self.anchors.push(range.start().get());
+        self.anchors.push(range.end().get());
     }
 
     /// The invariants that hold after every operation.
@@ -1040,10 +1040,10 @@ impl<'m, 'a> Harness<'m, 'a> {
         let blocks: Vec<(u64, Block)> = std::mem::take(&mut self.model).into_iter().collect();
         for (p, b) in blocks {
             let r = match b.kind {
-                Kind::Small => m.free(Pfn(p), b.order),
-                Kind::Huge(s) => m.free_huge(Pfn(p), s),
+                Kind::Small => m.free(Pfn::new(p), b.order),
+                Kind::Huge(s) => m.free_huge(Pfn::new(p), s),
             };
-            r.unwrap_or_else(|e| panic!("teardown free of {:?}/{:?}: {e:?}", Pfn(p), b.order));
+            r.unwrap_or_else(|e| panic!("teardown free of {:?}/{:?}: {e:?}", Pfn::new(p), b.order));
         }
         m.drain_all();
         for node in m.topology().node_ids() {

@@ -3,7 +3,8 @@
 //! small, check its invariants, compare its fallback orders).
 
 use numaframe::hugetlb::ReservationPlan;
-use numaframe::hugetlb::cmdline::{self, HugeSize, PoolRequest};
+use numaframe::hugetlb::cmdline::{self, PoolRequest};
+use numaframe::HugeSize;
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Order, Pfn, PhysRange, Topology,
@@ -172,11 +173,11 @@ fn reserve_on_small_machine(cfg: &cmdline::HugepageConfig, seed: usize) {
     let ranges = [
         MemoryRange {
             node: NodeId::new(0),
-            range: PhysRange::new(Pfn(0), Pfn(5 * 512 + 100)).expect("range"),
+            range: PhysRange::new(Pfn::new(0), Pfn::new(5 * 512 + 100)).expect("range"),
         },
         MemoryRange {
             node: NodeId::new(1),
-            range: PhysRange::new(Pfn(8192), Pfn(8192 + 3 * 512 + 300)).expect("range"),
+            range: PhysRange::new(Pfn::new(8192), Pfn::new(8192 + 3 * 512 + 300)).expect("range"),
         },
     ];
     let mem = HeapMem::new(0x5a);

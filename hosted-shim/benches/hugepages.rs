@@ -15,8 +15,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use numaframe::HugeSize;
 use numaframe::hugetlb::ReservationPlan;
-use numaframe::hugetlb::cmdline::{HugeSize, parse};
+use numaframe::hugetlb::cmdline::parse;
 use numaframe::{BootOptions, Machine};
 use numaframe_hosted::hugepages::reserve;
 use numaframe_hosted::presets::preset;

@@ -217,7 +217,7 @@ pub trait Frames {
     fn alloc_bulk(&mut self, out: &mut [Pfn]) -> usize {
         for (i, slot) in out.iter_mut().enumerate() {
             match self.alloc(0) {
-                Some(f) => *slot = Pfn(f),
+                Some(f) => *slot = Pfn::new(f),
                 None => return i,
             }
         }
@@ -416,7 +416,7 @@ impl Frames for NumaCpu<'_, '_> {
     }
     fn free(&mut self, frame: u64, order: u8) {
         self.machine
-            .free_cpu(self.cpu, Pfn(frame), Order::new(order))
+            .free_cpu(self.cpu, Pfn::new(frame), Order::new(order))
             .expect("numaframe refused a frame it handed out");
     }
     fn alloc_bulk(&mut self, out: &mut [Pfn]) -> usize {
@@ -445,7 +445,7 @@ impl Frames for NumaNode<'_, '_> {
     }
     fn free(&mut self, frame: u64, order: u8) {
         self.machine
-            .free(Pfn(frame), Order::new(order))
+            .free(Pfn::new(frame), Order::new(order))
             .expect("numaframe refused a frame it handed out");
     }
 }
@@ -471,7 +471,7 @@ impl Frames for NumaPolicy<'_, '_> {
     }
     fn free(&mut self, frame: u64, order: u8) {
         self.machine
-            .free(Pfn(frame), Order::new(order))
+            .free(Pfn::new(frame), Order::new(order))
             .expect("numaframe refused a frame it handed out");
     }
 }
@@ -991,7 +991,7 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
         let mut cells = Vec::new();
         for (scenario, time_alloc) in [(BULK_ALLOC, true), (BULK_FREE, false)] {
             for (allocator, a) in &shared {
-                let mut out = vec![Pfn(0); BULK];
+                let mut out = vec![Pfn::new(0); BULK];
                 cells.push(
                     cell(scenario, allocator, move |i| {
                         bulk(&mut **a.borrow_mut(), &mut out, time_alloc, i)
@@ -1084,8 +1084,8 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
         };
         let (mut pb, mut ps) = (policy()?, policy()?);
         let (mut ob, mut os) = (
-            vec![Pfn(0); INTERLEAVE_PAGES],
-            vec![Pfn(0); INTERLEAVE_PAGES],
+            vec![Pfn::new(0); INTERLEAVE_PAGES],
+            vec![Pfn::new(0); INTERLEAVE_PAGES],
         );
         v.group(Group {
             title: "weighted-interleave",
@@ -1806,7 +1806,7 @@ mod tests {
             assert_eq!(f % (1 << order), 0, "order {order} aligned");
             a.free(f, order);
         }
-        let mut out = vec![Pfn(0); 64];
+        let mut out = vec![Pfn::new(0); 64];
         assert_eq!(a.alloc_bulk(&mut out), 64);
         a.free_bulk(&out);
         let all: Vec<u64> = std::iter::from_fn(|| a.alloc(0)).collect();

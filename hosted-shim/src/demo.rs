@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Instant;
 
+use numaframe::HugeSize;
 use numaframe::hugetlb::ReservationPlan;
-use numaframe::hugetlb::cmdline::{self, HugeSize};
+use numaframe::hugetlb::cmdline;
 use numaframe::policy::{Policy, TaskPolicy, auto_weights};
 use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeMask, Order, Pfn};
 use serde_json::{Value, json};
@@ -307,7 +308,7 @@ fn run_policies(spec: &MachineSpec, machine: &Machine<'_>) -> Result<Vec<PolicyR
         ));
     }
     let mut rows = Vec::new();
-    let mut frames = vec![Pfn(0); 4096];
+    let mut frames = vec![Pfn::new(0); 4096];
     for (name, cpu, policy, socket_aware) in runs {
         let mut task = TaskPolicy::new(machine, policy, socket_aware).map_err(internal)?;
         let r = task.alloc_bulk(machine, cpu, AllocFlags::empty(), &mut frames);

@@ -430,7 +430,7 @@ pub fn run_calls(spec: &MachineSpec, setup: &Setup, pages: &[u64]) -> Result<Run
     task.set_il_state(setup.state);
 
     // `largest <= MAX_PAGES_PER_CALL`, so it fits a usize.
-    let mut frames = vec![Pfn(0); largest as usize];
+    let mut frames = vec![Pfn::new(0); largest as usize];
     let mut per_node = vec![0u64; machine.topology().len()];
     let mut calls = Vec::with_capacity(pages.len());
     for (i, &n) in pages.iter().enumerate() {

@@ -413,7 +413,7 @@ pub fn allocator_placement(
     cpu_nodes: &NodeMask,
     pages: usize,
 ) -> Result<Placement, ModelError> {
-    let mut out = vec![Pfn(0); pages];
+    let mut out = vec![Pfn::new(0); pages];
     let nodes = machine.topology().len();
     let mut rows = Vec::new();
     for cpu in cpu_nodes {

@@ -139,7 +139,7 @@ impl SimMemory {
 //    allocator hands out are never mapped through here.
 unsafe impl PhysMemory for SimMemory {
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
-        let start = range.start.addr().get();
+        let start = range.start().addr().get();
         let a = self
             .arenas
             .iter()

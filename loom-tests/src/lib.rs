@@ -63,7 +63,8 @@ impl Tiny {
             .filter(|i| !memoryless.contains(&(*i as usize)))
             .map(|i| MemoryRange {
                 node: NodeId::new(i as usize),
-                range: PhysRange::new(Pfn(i * frames), Pfn((i + 1) * frames)).expect("ordered"),
+                range: PhysRange::new(Pfn::new(i * frames), Pfn::new((i + 1) * frames))
+                    .expect("ordered"),
             })
             .collect();
         Tiny {

@@ -23,7 +23,7 @@ fn bulk_alloc_races_frees() {
             let m = m.clone();
             loom::thread::spawn(move || m.free_bulk(&held).expect("own frames"))
         };
-        let mut out = [Pfn(0); 3];
+        let mut out = [Pfn::new(0); 3];
         let got = m.alloc_bulk(n0, AllocFlags::THISNODE, &mut out);
         assert_eq!(got, 3, "plenty of memory");
         freer.join().expect("thread");

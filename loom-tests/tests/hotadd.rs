@@ -44,7 +44,8 @@ fn hot_add_races_an_allocation() {
             let m = m.clone();
             loom::thread::spawn(move || {
                 // Node 1's slot in Tiny's layout, left empty at boot.
-                let range = PhysRange::new(Pfn(FRAMES), Pfn(2 * FRAMES)).expect("ordered");
+                let range =
+                    PhysRange::new(Pfn::new(FRAMES), Pfn::new(2 * FRAMES)).expect("ordered");
                 m.hot_add(mem, n1, range, FallbackOptions::default())
                     .expect("hot-add");
             })

@@ -5,8 +5,9 @@
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
+use numaframe::HugeSize;
 use numaframe::NodeId;
-use numaframe::hugetlb::cmdline::{HugeSize, parse};
+use numaframe::hugetlb::cmdline::parse;
 use numaframe::hugetlb::{HugeJob, JobCursor, ReservationPlan};
 use numaframe_loom::{SparseMem, Tiny};
 

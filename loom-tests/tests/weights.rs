@@ -29,7 +29,7 @@ fn task(m: &Machine<'_>) -> TaskPolicy {
 
 /// One bulk of 3 pages by `task` on CPU node 0.
 fn bulk(m: &Machine<'_>, task: &mut TaskPolicy) -> (Vec<Pfn>, usize) {
-    let mut out = vec![Pfn(0); 3];
+    let mut out = vec![Pfn::new(0); 3];
     let r = task.alloc_bulk(m, NodeId::new(0), AllocFlags::empty(), &mut out);
     assert_eq!(r.placed, 3, "the machine has room");
     (out, r.node_calls)

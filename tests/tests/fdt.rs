@@ -136,7 +136,7 @@ fn check(layout: &Layout, name: &str) {
         }
     }
     let mut got = t.ranges().to_vec();
-    got.sort_by_key(|r| r.range.start);
+    got.sort_by_key(|r| r.range.start());
     assert_eq!(got, want_ranges, "{name}");
     let mut cpu_nodes = vec![NodeId::new(0); layout.cpus()];
     for (i, node) in layout.nodes.iter().enumerate() {

@@ -5,7 +5,8 @@
 //!
 //! The README's "The allocator's promises" names these tests.
 
-use numaframe::hugetlb::cmdline::{self, HugeSize};
+use numaframe::HugeSize;
+use numaframe::hugetlb::cmdline;
 use numaframe::interleave::{IlState, Weights, plan_bulk};
 use numaframe::policy::{Policy, TaskPolicy, auto_weights};
 use numaframe::zonelist::FallbackOptions;
@@ -26,7 +27,7 @@ fn n(i: usize) -> NodeId {
 }
 
 fn range(start: u64, end: u64) -> PhysRange {
-    PhysRange::new(Pfn(start), Pfn(end)).unwrap()
+    PhysRange::new(Pfn::new(start), Pfn::new(end)).unwrap()
 }
 
 fn cpu_node() -> NodeInfo {
@@ -182,13 +183,13 @@ fn out_of_range_pfns_are_foreign() {
     let c = m.cpu(0).unwrap();
     let g1 = HugeSize::Size1G;
     for pfn in [
-        Pfn(0),
-        Pfn(G4 - 2049),
-        Pfn(3 * G4),
-        Pfn(1 << 40),
-        Pfn((1 << 52) - 1),
-        Pfn(1 << 52),
-        Pfn(u64::MAX),
+        Pfn::new(0),
+        Pfn::new(G4 - 2049),
+        Pfn::new(3 * G4),
+        Pfn::new(1 << 40),
+        Pfn::new((1 << 52) - 1),
+        Pfn::new(1 << 52),
+        Pfn::new(u64::MAX),
     ] {
         assert_eq!(m.node_of(pfn), None);
         for order in [Order::ZERO, Order::HUGE_2M, Order::MAX] {
@@ -284,7 +285,7 @@ fn double_frees_are_refused() {
         FreeError::DoubleFree { pfn: q }
     );
     // Within one bulk free: the duplicate is named, and nothing is freed.
-    let mut out = [Pfn(0); 8];
+    let mut out = [Pfn::new(0); 8];
     assert_eq!(m.alloc_bulk(n(1), AllocFlags::empty(), &mut out), 8);
     let dup = [out[0], out[1], out[2], out[1], out[3]];
     assert_eq!(
@@ -340,7 +341,7 @@ fn foreign_frames_are_refused() {
     );
     // The metadata at the end of each range, and the boot tables, are not frames to free.
     for r in &w.ranges {
-        let last = Pfn(r.range.end.get() - 1);
+        let last = Pfn::new(r.range.end().get() - 1);
         assert_eq!(m.node_of(last), None, "{last:?} is the allocator's own");
         assert_eq!(
             free_err(&m, last, Order::ZERO),
@@ -348,7 +349,7 @@ fn foreign_frames_are_refused() {
         );
     }
     // Between the two ranges.
-    let hole = Pfn(G4 + 4096);
+    let hole = Pfn::new(G4 + 4096);
     assert_eq!(
         free_err(&m, hole, Order::ZERO),
         FreeError::Foreign { pfn: hole }
@@ -363,7 +364,7 @@ fn misaligned_and_interior_frames_are_refused() {
     let c = m.cpu(0).unwrap();
     let p = m.alloc(n(1), Order::new(3), AllocFlags::empty()).unwrap();
     for off in 1..8 {
-        let q = Pfn(p.get() + off);
+        let q = Pfn::new(p.get() + off);
         assert_eq!(
             free_err(&m, q, Order::new(3)),
             FreeError::Misaligned {
@@ -386,7 +387,7 @@ fn misaligned_and_interior_frames_are_refused() {
         );
     }
     // A free frame that was never handed out.
-    let untouched = Pfn(2 * G4 + 4096);
+    let untouched = Pfn::new(2 * G4 + 4096);
     let e = free_err(&m, untouched, Order::ZERO);
     assert!(
         matches!(
@@ -578,7 +579,7 @@ fn unknown_nodes_are_refused() {
                 m.alloc_from(n(0), bad, Order::ZERO, AllocFlags::empty()),
                 None
             );
-            let mut out = [Pfn(0); 4];
+            let mut out = [Pfn::new(0); 4];
             assert_eq!(m.alloc_bulk(bad, AllocFlags::empty(), &mut out), 0);
             assert_eq!(
                 m.alloc_bulk_from(n(0), bad, AllocFlags::empty(), &mut out),
@@ -638,7 +639,7 @@ fn unknown_nodes_are_refused() {
         )),
         None
     );
-    let mut out = [Pfn(0); 4];
+    let mut out = [Pfn::new(0); 4];
     assert_eq!(
         unchanged(&m, || local.alloc_bulk(
             &m,
@@ -725,7 +726,7 @@ fn socket_aware_policy_on_a_smaller_machine_does_not_panic() {
                     assert_eq!(ms.node_of(q), Some(n(0)));
                     ms.free(q, Order::ZERO).unwrap();
                 }
-                let mut out = [Pfn(0); 5];
+                let mut out = [Pfn::new(0); 5];
                 let r = p.alloc_bulk(&ms, n(0), AllocFlags::empty(), &mut out);
                 ms.free_bulk(&out[..r.placed]).unwrap();
                 assert_eq!(p.alloc_huge(&ms, n(0), HugeSize::Size2M), None);
@@ -808,7 +809,7 @@ fn machine_of_1024_nodes_boots_and_serves_every_node() {
     }
     let mut task =
         TaskPolicy::new(&m, Policy::Interleave(NodeMask::first_n(MAX_NODES)), false).unwrap();
-    let mut out = vec![Pfn(0); 2 * MAX_NODES];
+    let mut out = vec![Pfn::new(0); 2 * MAX_NODES];
     let r = task.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
     assert_eq!(r.placed, 2 * MAX_NODES);
     assert!(r.node_calls <= MAX_NODES);
@@ -881,7 +882,7 @@ fn machines_without_memory_do_not_boot() {
     ];
     assert_eq!(
         boot_error(&tiny).unwrap(),
-        BootError::BadRange { start: Pfn(0) }
+        BootError::BadRange { start: Pfn::new(0) }
     );
     // Ranges that hold their metadata but not the machine-wide tables.
     let small = [
@@ -1028,12 +1029,12 @@ fn bad_memory_ranges_are_refused_at_boot() {
         node: n(node),
         range: range(start, end),
     };
-    let s0 = r0.range.start.get();
+    let s0 = r0.range.start().get();
     // Overlaps: identical, partial, nested, across nodes.
     for (layout, start) in [
-        (vec![r0, r0, r1], r0.range.start),
-        (vec![r0, on(1, s0 + 100, s0 + 9000)], Pfn(s0 + 100)),
-        (vec![r0, r1, on(0, s0 + 10, s0 + 20)], Pfn(s0 + 10)),
+        (vec![r0, r0, r1], r0.range.start()),
+        (vec![r0, on(1, s0 + 100, s0 + 9000)], Pfn::new(s0 + 100)),
+        (vec![r0, r1, on(0, s0 + 10, s0 + 20)], Pfn::new(s0 + 10)),
     ] {
         assert_eq!(boot_error(&layout).unwrap(), BootError::Overlap { start });
     }
@@ -1053,7 +1054,7 @@ fn bad_memory_ranges_are_refused_at_boot() {
         ];
         assert_eq!(
             boot_error(&layout).unwrap(),
-            BootError::BadRange { start: bad.start }
+            BootError::BadRange { start: bad.start() }
         );
     }
     // Memory on a node the topology calls memoryless.
@@ -1085,7 +1086,7 @@ fn bad_memory_ranges_are_refused_at_boot() {
         PhysRange::from_bytes(PhysAddr::new(!0xfff), 2 * PAGE_SIZE),
         None
     );
-    assert_eq!(PhysRange::new(Pfn(2), Pfn(1)), None);
+    assert_eq!(PhysRange::new(Pfn::new(2), Pfn::new(1)), None);
 }
 
 #[test]
@@ -1116,29 +1117,31 @@ fn bad_hot_adds_are_refused_and_change_nothing() {
         (
             n(2),
             range(5 * G4, 5 * G4),
-            BootError::BadRange { start: Pfn(5 * G4) },
+            BootError::BadRange {
+                start: Pfn::new(5 * G4),
+            },
         ),
         (
             n(2),
             range((1 << 52) - 16, (1 << 52) + 16),
             BootError::BadRange {
-                start: Pfn((1 << 52) - 16),
+                start: Pfn::new((1 << 52) - 16),
             },
         ),
-        (n(2), r0, BootError::Overlap { start: r0.start }),
-        (n(0), r1, BootError::Overlap { start: r1.start }),
+        (n(2), r0, BootError::Overlap { start: r0.start() }),
+        (n(0), r1, BootError::Overlap { start: r1.start() }),
         (
             n(1),
-            range(r1.start.get() + 10, r1.start.get() + 20),
+            range(r1.start().get() + 10, r1.start().get() + 20),
             BootError::Overlap {
-                start: Pfn(r1.start.get() + 10),
+                start: Pfn::new(r1.start().get() + 10),
             },
         ),
         (
             n(2),
-            range(r0.start.get() - 100, r0.start.get() + 1),
+            range(r0.start().get() - 100, r0.start().get() + 1),
             BootError::Overlap {
-                start: Pfn(r0.start.get() - 100),
+                start: Pfn::new(r0.start().get() - 100),
             },
         ),
     ] {
@@ -1151,7 +1154,12 @@ fn bad_hot_adds_are_refused_and_change_nothing() {
     let e = unchanged(&m, || {
         m.hot_add(&w.mem, n(2), range(5 * G4, 5 * G4 + 1), opts)
     });
-    assert_eq!(e, Err(BootError::BadRange { start: Pfn(5 * G4) }));
+    assert_eq!(
+        e,
+        Err(BootError::BadRange {
+            start: Pfn::new(5 * G4)
+        })
+    );
     // Memory the platform cannot map: beyond the simulated 64 GiB.
     let e = unchanged(&m, || {
         m.hot_add(&w.mem, n(2), range(20 * G4, 20 * G4 + 4096), opts)
@@ -1201,12 +1209,17 @@ fn hot_add_refuses_memory_the_machine_already_has() {
     };
     let m = w.boot();
     // Node 0's own frames end before 4093; 4093..4096 hold its metadata and the tables.
-    assert_eq!(m.node_of(Pfn(4093)), None);
+    assert_eq!(m.node_of(Pfn::new(4093)), None);
     let tail = range(4093, 8192);
     let r = unchanged(&m, || {
         m.hot_add(&w.mem, n(2), tail, FallbackOptions::default())
     });
-    assert_eq!(r, Err(BootError::Overlap { start: tail.start }));
+    assert_eq!(
+        r,
+        Err(BootError::Overlap {
+            start: tail.start()
+        })
+    );
 }
 
 #[test]
@@ -1319,7 +1332,7 @@ fn extreme_tuning_is_clamped_or_refused() {
         });
         assert_eq!(total, u64::MAX);
         task.set_il_state(IlState::from_raw(n(prev), left));
-        let mut out = [Pfn(0); 3];
+        let mut out = [Pfn::new(0); 3];
         let r = task.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
         m.free_bulk(&out[..r.placed]).unwrap();
     }

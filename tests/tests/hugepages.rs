@@ -2,7 +2,8 @@
 //! hosted runner `numaframe_hosted::hugepages::run` on the DESIGN.md presets. No timings are
 //! asserted here; speed is the benchmark's business (`hosted-shim/benches/hugepages.rs`).
 
-use numaframe::hugetlb::cmdline::{HugeSize, parse};
+use numaframe::HugeSize;
+use numaframe::hugetlb::cmdline::parse;
 use numaframe::hugetlb::{JobCursor, ReservationPlan};
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::{BootOptions, NodeId, NodeMask};

@@ -96,7 +96,7 @@ fn check(m: &Machine<'_>, live: &BTreeMap<u64, u8>, total: u64) {
         assert!(pfn >= end, "block at {pfn:#x} overlaps the one before");
         end = pfn + (1 << order);
         allocated += 1u64 << order;
-        assert!(m.node_of(Pfn(pfn)).is_some());
+        assert!(m.node_of(Pfn::new(pfn)).is_some());
     }
     assert_eq!(free_pages(m) + allocated, total);
 }
@@ -132,12 +132,12 @@ proptest! {
                 }
                 Op::Free { pick } => {
                     if let Some((p, o)) = nth(&live, pick) {
-                        m.free(Pfn(p), Order::new(o)).unwrap();
+                        m.free(Pfn::new(p), Order::new(o)).unwrap();
                         live.remove(&p);
                     }
                 }
                 Op::Bulk { node, n } => {
-                    let mut out = vec![Pfn(0); n];
+                    let mut out = vec![Pfn::new(0); n];
                     let before = free_pages(&m);
                     let got = m.alloc_bulk(NodeId::new(node), AllocFlags::empty(), &mut out);
                     prop_assert_eq!(got as u64, (n as u64).min(before), "bulk is short only when memory runs out");
@@ -149,7 +149,7 @@ proptest! {
                     let singles: Vec<u64> = live.iter().filter(|(_, o)| **o == 0).map(|(p, _)| *p).collect();
                     if !singles.is_empty() {
                         let start = pick % singles.len();
-                        let take: Vec<Pfn> = singles[start..].iter().take(n).map(|p| Pfn(*p)).collect();
+                        let take: Vec<Pfn> = singles[start..].iter().take(n).map(|p| Pfn::new(*p)).collect();
                         m.free_bulk(&take).unwrap();
                         for p in take {
                             live.remove(&p.get());
@@ -159,10 +159,10 @@ proptest! {
                 Op::BadFree { pick, kind } => {
                     let before: Vec<_> = m.nodes().iter().map(|n| n.free_pages()).collect();
                     let err = match (nth(&live, pick), kind) {
-                        (Some((p, o)), 0) if o < 10 => m.free(Pfn(p), Order::new(o + 1)).unwrap_err(),
-                        (Some((p, o)), 1) if o > 0 => m.free(Pfn(p + 1), Order::ZERO).unwrap_err(),
-                        (Some((p, 0)), 2) => m.free_bulk(&[Pfn(p), Pfn(p)]).unwrap_err().error,
-                        _ => m.free(Pfn(1 << 45), Order::ZERO).unwrap_err(),
+                        (Some((p, o)), 0) if o < 10 => m.free(Pfn::new(p), Order::new(o + 1)).unwrap_err(),
+                        (Some((p, o)), 1) if o > 0 => m.free(Pfn::new(p + 1), Order::ZERO).unwrap_err(),
+                        (Some((p, 0)), 2) => m.free_bulk(&[Pfn::new(p), Pfn::new(p)]).unwrap_err().error,
+                        _ => m.free(Pfn::new(1 << 45), Order::ZERO).unwrap_err(),
                     };
                     let typed = matches!(err, FreeError::WrongOrder { .. } | FreeError::Misaligned { .. } | FreeError::NotAllocated { .. } | FreeError::Duplicate { .. } | FreeError::Foreign { .. });
                     prop_assert!(typed, "unexpected error {:?}", err);
@@ -173,7 +173,7 @@ proptest! {
             check(&m, &live, total);
         }
         for (p, o) in std::mem::take(&mut live) {
-            m.free(Pfn(p), Order::new(o)).unwrap();
+            m.free(Pfn::new(p), Order::new(o)).unwrap();
         }
         check(&m, &live, total);
     }

@@ -95,7 +95,7 @@ fn stats(m: &Machine<'_>, k: usize) -> Vec<NumaStat> {
 /// Takes every page `node` can give without fallback (down to its min watermark).
 fn drain(m: &Machine<'_>, node: usize) -> Vec<Pfn> {
     let free = m.node(n(node)).unwrap().free_pages() as usize;
-    let mut out = vec![Pfn(0); free];
+    let mut out = vec![Pfn::new(0); free];
     let got = m.alloc_bulk(n(node), AllocFlags::THISNODE, &mut out);
     out.truncate(got);
     assert!(!m.node(n(node)).unwrap().can_serve(Order::ZERO));
@@ -178,7 +178,7 @@ fn seed_case_on_a_machine() {
     m.set_weights(Weights::new(&[10, 7]).unwrap());
     let mut task = TaskPolicy::new(&m, Policy::WeightedInterleave(mask(&[0, 1])), false).unwrap();
     task.set_il_state(IlState::from_raw(n(0), 7));
-    let mut out = vec![Pfn(0); 14];
+    let mut out = vec![Pfn::new(0); 14];
     let r = task.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
     assert_eq!((r.placed, r.node_calls), (14, 2));
     assert_eq!(per_node(&m, &out, 2), [7, 7], "not 14 and 0");
@@ -228,7 +228,7 @@ proptest! {
         for s in steps {
             match s {
                 Step::Bulk(count) => {
-                    let mut out = vec![Pfn(0); count as usize];
+                    let mut out = vec![Pfn::new(0); count as usize];
                     let before = stats(&m, K);
                     let r = task.alloc_bulk(&m, n(cpu), AllocFlags::empty(), &mut out);
                     let want = oracle.pages(count, K);
@@ -275,7 +275,7 @@ fn socket_aware_on_cxl_2socket() {
     for (cpu, want) in [(0, [300, 0, 100, 0]), (1, [0, 300, 0, 100])] {
         let mut task =
             TaskPolicy::new(&m, Policy::WeightedInterleave(mask(&[0, 1, 2, 3])), true).unwrap();
-        let mut out = vec![Pfn(0); 400];
+        let mut out = vec![Pfn::new(0); 400];
         let r = task.alloc_bulk(&m, n(cpu), AllocFlags::empty(), &mut out);
         assert_eq!((r.placed, r.node_calls), (400, 2), "cpu node {cpu}");
         assert_eq!(per_node(&m, &out, 4), want, "cpu node {cpu}");
@@ -298,7 +298,7 @@ fn socket_aware_on_cxl_2socket() {
     }
     // A mask without any node of the CPU's package: the whole mask, 3:1 over nodes 1 and 3.
     let mut task = TaskPolicy::new(&m, Policy::WeightedInterleave(mask(&[1, 3])), true).unwrap();
-    let mut out = vec![Pfn(0); 400];
+    let mut out = vec![Pfn::new(0); 400];
     let r = task.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
     assert_eq!(r.placed, 400);
     assert_eq!(per_node(&m, &out, 4), [0, 300, 0, 100]);
@@ -316,7 +316,7 @@ fn socket_aware_falls_back_to_the_whole_mask_when_the_package_is_full() {
     let all = mask(&[0, 1, 2, 3]);
     let mut task = TaskPolicy::new(&m, Policy::WeightedInterleave(all), true).unwrap();
     let before = stats(&m, 4);
-    let mut out = vec![Pfn(0); 400];
+    let mut out = vec![Pfn::new(0); 400];
     let r = task.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
     assert_eq!(r.placed, 400);
     assert_eq!(r.node_calls, 4, "the plan is over the whole mask");
@@ -358,7 +358,7 @@ fn shortfall_falls_back_along_the_planned_nodes_zonelist() {
     m.set_weights(Weights::new(&[2, 1, 1]).unwrap());
     // Leave node 1 exactly 5 pages above its low watermark.
     let keep = 5;
-    let mut hog = vec![Pfn(0); (above_low(&m, 1) - keep) as usize];
+    let mut hog = vec![Pfn::new(0); (above_low(&m, 1) - keep) as usize];
     let got = m.alloc_bulk(n(1), AllocFlags::THISNODE, &mut hog);
     assert_eq!(got, hog.len());
     assert_eq!(above_low(&m, 1), keep);
@@ -373,7 +373,7 @@ fn shortfall_falls_back_along_the_planned_nodes_zonelist() {
         left: 0,
     };
     let before = stats(&m, 3);
-    let mut out = vec![Pfn(0); 31];
+    let mut out = vec![Pfn::new(0); 31];
     let r = task.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
     let planned = oracle.pages(31, 3);
     assert_eq!(planned, [21, 10, 0]);
@@ -415,7 +415,7 @@ fn machine_out_of_memory_returns_short_and_advances_the_full_plan() {
     let total: u64 = (0..2).map(|i| m.node(n(i)).unwrap().free_pages()).sum();
     let mut task = TaskPolicy::new(&m, Policy::WeightedInterleave(mask(&[0, 1])), false).unwrap();
     let ask = total as usize + 1003;
-    let mut out = vec![Pfn(0); ask];
+    let mut out = vec![Pfn::new(0); ask];
     let r = task.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
     assert!(r.placed < ask, "placed {} of {ask}", r.placed);
     assert!(r.node_calls <= 2);
@@ -465,13 +465,13 @@ fn bind_preferred_many_preferred_local() {
 
     // Bind({1}) never leaves its mask: a bulk of 10 is short (5, all on node 1)...
     let mut bind1 = TaskPolicy::new(&m, Policy::Bind(mask(&[1])), false).unwrap();
-    let mut out = vec![Pfn(0); 10];
+    let mut out = vec![Pfn::new(0); 10];
     let r = bind1.alloc_bulk(&m, n(0), f, &mut out);
     assert_eq!((r.placed, r.node_calls), (5, 1));
     assert_eq!(per_node(&m, &out[..5], 3), [0, 5, 0]);
     // ...and then a single page is None.
     assert!(bind1.alloc(&m, n(0), z, f).is_none());
-    let mut bind1_bulk = vec![Pfn(0); 3];
+    let mut bind1_bulk = vec![Pfn::new(0); 3];
     assert_eq!(bind1.alloc_bulk(&m, n(2), f, &mut bind1_bulk).placed, 0);
     // Bind({1, 2}) moves on to node 2 within the mask.
     let (p, node) = one(&mut bind12, 0).unwrap();
@@ -495,7 +495,7 @@ fn bind_preferred_many_preferred_local() {
 
     // Preferred(1) with node 1 full (its 5 pages taken): falls back along node 1's zonelist
     // (1, 2, 0), wherever the CPU is.
-    let mut five = vec![Pfn(0); 5];
+    let mut five = vec![Pfn::new(0); 5];
     assert_eq!(m.alloc_bulk(n(1), AllocFlags::THISNODE, &mut five), 5);
     let mut pref = TaskPolicy::new(&m, Policy::Preferred(n(1)), false).unwrap();
     let before = stats(&m, 3);
@@ -543,7 +543,7 @@ fn numastat_counts_interleave_hits_per_node() {
     let mut task =
         TaskPolicy::new(&m, Policy::WeightedInterleave(mask(&[0, 1, 2])), false).unwrap();
     let before = stats(&m, 3);
-    let mut out = vec![Pfn(0); 70];
+    let mut out = vec![Pfn::new(0); 70];
     let r = task.alloc_bulk(&m, n(1), AllocFlags::empty(), &mut out);
     assert_eq!(r.placed, 70);
     let counts = per_node(&m, &out, 3);
@@ -564,7 +564,7 @@ fn numastat_counts_interleave_hits_per_node() {
     }
     // Plain interleave (weights ignored: one page per node).
     let mut plain = TaskPolicy::new(&m, Policy::Interleave(mask(&[0, 2])), false).unwrap();
-    let mut seven = vec![Pfn(0); 7];
+    let mut seven = vec![Pfn::new(0); 7];
     let r = plain.alloc_bulk(&m, n(1), AllocFlags::empty(), &mut seven);
     assert_eq!(r.placed, 7);
     assert_eq!(per_node(&m, &seven, 3), [4, 0, 3]);

@@ -114,7 +114,7 @@ fn threads_account_for_every_frame() {
                             }
                         }
                         4 => {
-                            let mut out = vec![Pfn(0); rng.below(64) as usize];
+                            let mut out = vec![Pfn::new(0); rng.below(64) as usize];
                             let got = m.alloc_bulk(node, AllocFlags::empty(), &mut out);
                             for p in &out[..got] {
                                 record(*p, 0);
@@ -122,7 +122,7 @@ fn threads_account_for_every_frame() {
                             }
                         }
                         5 => {
-                            let mut out = vec![Pfn(0); rng.below(32) as usize];
+                            let mut out = vec![Pfn::new(0); rng.below(32) as usize];
                             let got = policy
                                 .alloc_bulk(m, node, AllocFlags::empty(), &mut out)
                                 .placed;

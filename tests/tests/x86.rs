@@ -2,7 +2,7 @@
 //! 4 KiB, 2 MiB and 1 GiB frames from the right node, policies, the huge-page pools, refused
 //! frees, and the crate's own page-table mapper building tables in frames numaframe hands out.
 
-use numaframe::hugetlb::cmdline::HugeSize;
+use numaframe::HugeSize;
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::{
     AllocFlags, BootOptions, FreeError, Machine, NodeId, NodeMask, NumaFrameAllocator, PhysAddr,
@@ -211,7 +211,7 @@ fn the_crates_mapper_builds_tables_in_numaframe_frames() {
     let m = sim.boot(opts()).unwrap();
     let offset = sim
         .memory()
-        .frame_ptr(numaframe::Pfn(0))
+        .frame_ptr(numaframe::Pfn::new(0))
         .unwrap()
         .as_ptr()
         .addr() as u64;

@@ -9,7 +9,8 @@
 //! Nothing here allocates or panics, whatever the input.
 //!
 //! ```
-//! use numaframe::hugetlb::cmdline::{HugeSize, PoolRequest, parse};
+//! use numaframe::hugetlb::cmdline::{PoolRequest, parse};
+//! use numaframe::HugeSize;
 //!
 //! let cfg = parse("ro quiet hugepagesz=1G hugepages=0:4,1:2 hugepagesz=2M hugepages=512")?;
 //! assert_eq!(cfg.default_size(), HugeSize::Size2M);
@@ -98,52 +99,11 @@
 
 use core::fmt;
 
-use crate::addr::Order;
+use crate::addr::HugeSize;
 use crate::topology::NodeId;
 
 /// The most entries a node list (`hugepages=0:4,1:2,…`) may hold.
 pub const MAX_NODE_ENTRIES: usize = 64;
-
-/// A huge page size numaframe pools.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum HugeSize {
-    /// 2 MiB, order 9 (x86's PMD size and Linux's default huge page size there).
-    Size2M,
-    /// 1 GiB, order 18 (x86's PUD size).
-    Size1G,
-}
-
-impl HugeSize {
-    /// Both sizes, ascending.
-    pub const ALL: [HugeSize; 2] = [HugeSize::Size2M, HugeSize::Size1G];
-
-    /// The buddy order of a page of this size.
-    pub const fn order(self) -> Order {
-        match self {
-            HugeSize::Size2M => Order::HUGE_2M,
-            HugeSize::Size1G => Order::MAX,
-        }
-    }
-    /// The size in bytes.
-    pub const fn bytes(self) -> u64 {
-        self.order().bytes()
-    }
-    /// The size in KiB, as in Linux's `hugepages-2048kB` directory names.
-    pub const fn kib(self) -> u64 {
-        self.bytes() >> 10
-    }
-    /// The size of `bytes` bytes, or `None` if no huge page has that size.
-    pub const fn from_bytes(bytes: u64) -> Option<HugeSize> {
-        if bytes == HugeSize::Size2M.bytes() {
-            Some(HugeSize::Size2M)
-        } else if bytes == HugeSize::Size1G.bytes() {
-            Some(HugeSize::Size1G)
-        } else {
-            None
-        }
-    }
-}
 
 /// Shows a huge page size the way Linux's `string_get_size(size, 1, STRING_UNITS_2, …)` does:
 /// `2.00 MiB`, `1.00 GiB`, as in `HugeTLB: registered 1.00 GiB page size, pre-allocated 8 pages`.
@@ -761,17 +721,6 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(Size2M.order(), Order::HUGE_2M);
-        assert_eq!(Size2M.order().get(), 9);
-        assert_eq!(Size1G.order().get(), 18);
-        assert_eq!(Size2M.bytes(), 2 << 20);
-        assert_eq!(Size1G.bytes(), 1 << 30);
-        assert_eq!(Size2M.kib(), 2048);
-        assert_eq!(Size1G.kib(), 1_048_576);
-        assert_eq!(HugeSize::from_bytes(2 << 20), Some(Size2M));
-        assert_eq!(HugeSize::from_bytes(1 << 30), Some(Size1G));
-        assert_eq!(HugeSize::from_bytes(4 << 20), None);
-        assert_eq!(HugeSize::ALL, [Size2M, Size1G]);
         assert_eq!(format_size(Size2M).to_string(), "2.00 MiB");
         assert_eq!(format_size(Size1G).to_string(), "1.00 GiB");
         assert_eq!(

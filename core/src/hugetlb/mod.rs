@@ -16,7 +16,8 @@
 //! ```
 //! # use std::alloc::{Layout, alloc_zeroed};
 //! # use std::ptr::NonNull;
-//! use numaframe::hugetlb::cmdline::{HugeSize, parse};
+//! use numaframe::hugetlb::cmdline::{parse};
+//! use numaframe::HugeSize;
 //! use numaframe::hugetlb::{JobCursor, ReservationPlan};
 //! use numaframe::{BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Pfn, PhysMemory};
 //! use numaframe::{PhysRange, Topology};
@@ -38,7 +39,7 @@
 //! let distances = [10, 20, 20, 10];
 //! let ranges = [0, 1].map(|i| MemoryRange {
 //!     node: NodeId::new(i),
-//!     range: PhysRange::new(Pfn(i as u64 * 4096), Pfn((i as u64 + 1) * 4096)).unwrap(),
+//!     range: PhysRange::new(Pfn::new(i as u64 * 4096), Pfn::new((i as u64 + 1) * 4096)).unwrap(),
 //! });
 //! let topo = Topology::new(&distances, &infos)?;
 //! let opts = BootOptions { min_free_kbytes: Some(0), ..BootOptions::default() };
@@ -107,7 +108,8 @@ pub mod cmdline;
 
 use core::fmt;
 
-use self::cmdline::{CmdlineError, HugeSize, HugepageConfig, NodeCount, PoolRequest, format_size};
+use self::cmdline::{CmdlineError, HugepageConfig, NodeCount, PoolRequest, format_size};
+use crate::addr::HugeSize;
 use crate::machine::Machine;
 use crate::sync::{AtomicUsize, Ordering};
 use crate::topology::{MAX_NODES, NodeId};
@@ -831,7 +833,7 @@ mod tests {
             if f > 0 {
                 ranges.push(MemoryRange {
                     node: n(i),
-                    range: PhysRange::new(Pfn(base), Pfn(base + f)).unwrap(),
+                    range: PhysRange::new(Pfn::new(base), Pfn::new(base + f)).unwrap(),
                 });
                 base += f;
             }

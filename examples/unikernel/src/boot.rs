@@ -7,7 +7,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
-use numaframe::hugetlb::cmdline::{self, CmdlineError, HugeSize};
+use numaframe::HugeSize;
+use numaframe::hugetlb::cmdline::{self, CmdlineError};
 use numaframe::hugetlb::{JobCursor, ReservationPlan};
 use numaframe::interleave::Weights;
 use numaframe::policy::{Policy, TaskPolicy};
@@ -115,10 +116,7 @@ impl Options {
 pub fn frames_covering(base: u64, size: u64) -> PhysRange {
     let start = base / PAGE_SIZE;
     let end = base.saturating_add(size).div_ceil(PAGE_SIZE);
-    PhysRange {
-        start: Pfn(start),
-        end: Pfn(end.max(start)),
-    }
+    PhysRange::new(Pfn::new(start), Pfn::new(end.max(start))).unwrap_or_default()
 }
 
 /// Writes the parts of `ranges` outside every `reserved` range into `out`, dropping pieces of
@@ -145,14 +143,8 @@ pub fn carve(
         if !piece.range.overlaps(r) {
             return emit(piece, rest, out, n);
         }
-        let below = PhysRange {
-            start: piece.range.start,
-            end: r.start.max(piece.range.start),
-        };
-        let above = PhysRange {
-            start: r.end.min(piece.range.end),
-            end: piece.range.end,
-        };
+        let below = piece.range.split_at(r.start()).0;
+        let above = piece.range.split_at(r.end()).1;
         for part in [below, above] {
             if !part.is_empty() {
                 emit(
@@ -338,7 +330,7 @@ pub fn exercise_policies(
                 *t += frames;
             }
         };
-        let mut singles = [Pfn(0); 16];
+        let mut singles = [Pfn::new(0); 16];
         for slot in &mut singles {
             *slot = task
                 .alloc(machine, cpu_node, Order::ZERO, AllocFlags::empty())
@@ -349,7 +341,7 @@ pub fn exercise_policies(
             .alloc(machine, cpu_node, Order::new(4), AllocFlags::empty())
             .ok_or(Failure::OutOfMemory("order-4 block"))?;
         count(block, 16);
-        let mut bulk = [Pfn(0); 240];
+        let mut bulk = [Pfn::new(0); 240];
         let got = task
             .alloc_bulk(machine, cpu_node, AllocFlags::empty(), &mut bulk)
             .placed;
@@ -438,7 +430,7 @@ mod tests {
     fn r(node: usize, start: u64, end: u64) -> MemoryRange {
         MemoryRange {
             node: NodeId::new(node),
-            range: PhysRange::new(Pfn(start), Pfn(end)).unwrap(),
+            range: PhysRange::new(Pfn::new(start), Pfn::new(end)).unwrap(),
         }
     }
 
@@ -494,7 +486,7 @@ mod tests {
         assert!(infos[0].has_memory && !infos[1].has_memory && !infos[2].has_memory);
         assert_eq!(
             frames_covering(4095, 2),
-            PhysRange::new(Pfn(0), Pfn(2)).unwrap()
+            PhysRange::new(Pfn::new(0), Pfn::new(2)).unwrap()
         );
     }
 

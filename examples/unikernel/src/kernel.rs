@@ -180,7 +180,7 @@ struct Identity;
 // given only RAM outside this image and the device tree, which nothing else touches.
 unsafe impl PhysMemory for Identity {
     fn map(&self, range: PhysRange) -> Option<ptr::NonNull<u8>> {
-        let addr = usize::try_from(range.start.addr().get()).ok()?;
+        let addr = usize::try_from(range.start().addr().get()).ok()?;
         ptr::NonNull::new(ptr::with_exposed_provenance_mut(addr))
     }
 }

@@ -12,7 +12,7 @@ use core::arch::asm;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use numaframe::hugetlb::cmdline::HugeSize;
+use numaframe::HugeSize;
 use numaframe::{Machine, MemoryRange, NodeId};
 
 const SYS_OPEN: u64 = 0x01;
