@@ -50,12 +50,15 @@ CARGO_TARGET_DIR=target/unikernel cargo build -p numaframe-unikernel --locked --
 CARGO_TARGET_DIR=target/unikernel-defmt cargo build -p numaframe-unikernel --locked --release \
   --target aarch64-unknown-none --features defmt --quiet
 
-step "workspace tests and doctests"
-cargo test --workspace --locked --release
+step "workspace tests and doctests (optimised, debug assertions and overflow checks on)"
+cargo test --workspace --locked --profile release-checked
 
-step "loom models (--cfg numaframe_loom)"
-RUSTFLAGS="--cfg numaframe_loom" CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
-  cargo test -p numaframe-loom --locked --release --tests
+step "loom models (--cfg numaframe_loom, debug assertions and overflow checks on)"
+# A model's setup (booting a machine) takes a few thousand loom operations, beyond loom's
+# default limit of 1000 branches per execution.
+RUSTFLAGS="--cfg numaframe_loom" CARGO_TARGET_DIR=target/loom \
+  LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" LOOM_MAX_BRANCHES="${LOOM_MAX_BRANCHES:-10000}" \
+  cargo test -p numaframe-loom --locked --profile release-checked --tests
 step "robustness: Miri on the core's unit tests, fuzz smoke runs (scripts/robustness.sh)"
 bash scripts/robustness.sh
 

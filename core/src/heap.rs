@@ -22,7 +22,7 @@
 //! memory. A free goes to the heap whose chunk holds the pointer.
 //!
 //! # Lock order
-//! A node heap's lock, then the machine's locks (see [`sync`](crate::sync)). The machine never
+//! A node heap's lock, then the machine's locks (see the crate's `sync` module). The machine never
 //! allocates from a heap, so no machine lock is held when a heap lock is taken; no path holds
 //! two heap locks at once.
 
@@ -354,7 +354,7 @@ impl Chunks {
 
 /// One node's heap: chunks of frames taken from that node of `machine`, mapped by `map`.
 ///
-/// Not locked itself: [`NumaHeap`] keeps one per node behind a [`Mutex`] and is what a
+/// Not locked itself: [`NumaHeap`] keeps one per node behind a lock and is what a
 /// `#[global_allocator]` uses; a single-threaded user may hold a `NodeHeap` directly. Dropping
 /// it gives back the chunks that hold no allocation (the others stay allocated: their memory
 /// may still be in use).

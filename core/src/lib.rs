@@ -71,7 +71,7 @@ pub mod percpu;
 pub mod platform;
 pub mod policy;
 pub mod stats;
-pub mod sync;
+mod sync;
 pub mod topology;
 #[cfg(feature = "x86_64")]
 pub mod x86;
@@ -87,7 +87,7 @@ pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
 pub use machine::{AllocFlags, BootOptions, Machine, MemoryRange};
 pub use meta::MAX_SPANS_PER_ZONE;
-pub use node::{Node, Watermarks, Zone, ZoneKind};
+pub use node::{HugeCounts, Node, Watermarks, Zone, ZoneCounters, ZoneKind};
 pub use percpu::{CpuId, PcpConfig};
 pub use platform::PhysMemory;
 pub use stats::NumaStat;

@@ -19,12 +19,11 @@
 //!
 //! This module owns all raw access to the region; everything it exposes is safe.
 
-use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
 use crate::addr::{Order, Pfn, PhysRange};
-use crate::sync::{AtomicUsize, Ordering, RawAtomicU32, spin_loop};
+use crate::sync::{AtomicU8, AtomicUsize, Ordering, RawAtomicU32, UnsafeCell, spin_loop};
 
 const SECTION_SHIFT: u32 = 18;
 const SUBSECTION_SHIFT: u32 = 9;
@@ -80,8 +79,8 @@ pub(crate) struct Span {
     entries: NonNull<Entry>,
     sec_anchors: NonNull<Entry>,
     sub_anchors: NonNull<Entry>,
-    sections: NonNull<u8>,
-    subsections: NonNull<u8>,
+    sections: NonNull<AtomicU8>,
+    subsections: NonNull<AtomicU8>,
 }
 
 impl core::fmt::Debug for Span {
@@ -123,7 +122,7 @@ impl Span {
         if meta.bytes() < Span::region_bytes(range) || meta.overlaps(&range) {
             return None;
         }
-        let region = mem.map(meta)?;
+        let region = crate::platform::map_checked(mem, meta)?;
         // SAFETY: PhysMemory's contract makes `region` page aligned and valid, for as long as
         // `mem` is borrowed (the machine's lifetime), for `meta.bytes()` bytes, which is at least
         // `region_bytes(range)`; the allocator maps each metadata range once, so it is ours alone.
@@ -148,7 +147,7 @@ impl Span {
         let (sec_anchors, sub_anchors, sections, subsections) = unsafe {
             let sec_anchors = entries.add(frames);
             let sub_anchors = sec_anchors.add(nsec);
-            let sections = sub_anchors.add(nsub).cast::<u8>();
+            let sections = sub_anchors.add(nsub).cast::<AtomicU8>();
             (sec_anchors, sub_anchors, sections, sections.add(nsec))
         };
         let span = Span {
@@ -160,8 +159,9 @@ impl Span {
             subsections,
         };
         for s in 0..nsec {
-            // SAFETY: `s < nsec`, so the byte is inside the section table.
-            unsafe { sections.add(s).write(INACTIVE) };
+            // SAFETY: `s < nsec`, so the byte is inside the section table; nothing reads it
+            // before the span is published.
+            unsafe { sections.add(s).write(AtomicU8::new(INACTIVE)) };
             span.zero(span.section_anchor(s));
         }
         span
@@ -194,12 +194,25 @@ impl Span {
         Pfn::new(((pfn.get() >> shift) << shift).max(self.range.start().get()))
     }
 
-    /// Where the entry of `pfn` lives: anchors sit in their own dense tables, so that boot
-    /// and huge-page reservation touch a few contiguous pages instead of one page per anchor.
-    fn entry(&self, pfn: Pfn) -> *mut Entry {
-        debug_assert!(self.range.contains(pfn));
-        // SAFETY: callers pass frames of the span; section and subsection indices of such a
-        // frame are below the table sizes, and its frame offset is below `range.frames()`.
+    /// Where the entry of `pfn` lives, or `None` for a frame outside the span. Anchors sit in
+    /// their own dense tables, so that boot and huge-page reservation touch a few contiguous
+    /// pages instead of one page per anchor.
+    fn entry(&self, pfn: Pfn) -> Option<*mut Entry> {
+        if !self.range.contains(pfn) {
+            return None;
+        }
+        // SAFETY: `pfn` is a frame of the span, so its section and subsection indices are below
+        // the table sizes and its frame offset is below `range.frames()` (the region layout of
+        // `Span::new`).
+        Some(unsafe { self.entry_unchecked(pfn) })
+    }
+
+    /// [`Span::entry`] without the range check.
+    ///
+    /// # Safety
+    /// `pfn` must be a frame of the span.
+    unsafe fn entry_unchecked(&self, pfn: Pfn) -> *mut Entry {
+        // SAFETY: the caller guarantees `pfn` lies in the span; see `entry`.
         unsafe {
             if pfn == self.anchor_of(pfn, SECTION_SHIFT) {
                 self.sec_anchors.as_ptr().add(self.section_index(pfn))
@@ -213,191 +226,195 @@ impl Span {
         }
     }
 
-    fn section_state(&self, pfn: Pfn) -> u8 {
-        // SAFETY: `section_index` of a frame of the span is below the section count.
-        unsafe { self.sections.as_ptr().add(self.section_index(pfn)).read() }
+    /// The section state byte of a frame of the span.
+    fn section_byte(&self, pfn: Pfn) -> &AtomicU8 {
+        debug_assert!(self.range.contains(pfn));
+        // SAFETY: callers pass frames of the span (checked by `entry` before any of them runs),
+        // whose section index is below the section count; the byte was written in `new`.
+        unsafe { &*self.sections.as_ptr().add(self.section_index(pfn)) }
     }
 
-    fn subsection_state(&self, pfn: Pfn) -> u8 {
-        // SAFETY: `subsection_index` of a frame of the span is below the subsection count.
-        unsafe {
-            self.subsections
-                .as_ptr()
-                .add(self.subsection_index(pfn))
-                .read()
-        }
+    /// The subsection state byte of a frame of the span (written when its section activated).
+    fn subsection_byte(&self, pfn: Pfn) -> &AtomicU8 {
+        debug_assert!(self.range.contains(pfn));
+        // SAFETY: as in `section_byte`, for the subsection table; the byte was written when the
+        // section became active, which callers checked first.
+        unsafe { &*self.subsections.as_ptr().add(self.subsection_index(pfn)) }
     }
 
+    /// `true` if the entry of `pfn` (a frame of the span) is valid. Acquire: pairs with the
+    /// Release in `prepare`, so the zeroed entries are seen by a reader without the zone lock.
     fn is_valid(&self, pfn: Pfn) -> bool {
         if pfn == self.anchor_of(pfn, SECTION_SHIFT) {
             return true;
         }
-        self.section_state(pfn) == ACTIVE
+        self.section_byte(pfn).load(Ordering::Acquire) == ACTIVE
             && (pfn == self.anchor_of(pfn, SUBSECTION_SHIFT)
-                || self.subsection_state(pfn) == ACTIVE)
+                || self.subsection_byte(pfn).load(Ordering::Acquire) == ACTIVE)
     }
 
     fn zero(&self, pfn: Pfn) {
-        // SAFETY: `entry` points into the region, which is ours and aligned; a zeroed Entry is a
-        // valid Entry (plain integers and an atomic integer).
-        unsafe { self.entry(pfn).write_bytes(0, 1) };
+        if let Some(e) = self.entry(pfn) {
+            // SAFETY: `entry` points into the region, which is ours and aligned; a zeroed Entry
+            // is a valid Entry (plain integers and an atomic integer).
+            unsafe { e.write_bytes(0, 1) };
+        }
     }
 
     /// Makes the entry of `pfn` valid for writing, activating its section and subsection as
-    /// needed (zeroing the entries that become valid). The caller holds the zone lock.
-    pub(crate) fn prepare(&self, pfn: Pfn) {
+    /// needed (zeroing the entries that become valid). The caller holds the zone lock. Returns
+    /// the entry, or `None` for a frame outside the span.
+    fn prepare(&self, pfn: Pfn) -> Option<*mut Entry> {
+        let e = self.entry(pfn)?;
         if self.is_valid(pfn) {
-            return;
+            return Some(e);
         }
         let sec_anchor = self.anchor_of(pfn, SECTION_SHIFT);
-        if self.section_state(pfn) != ACTIVE {
+        if self.section_byte(pfn).load(Ordering::Relaxed) != ACTIVE {
             let sec_end = ((sec_anchor.get() >> SECTION_SHIFT) + 1) << SECTION_SHIFT;
             let end = sec_end.min(self.range.end().get());
             let mut sub = sec_anchor.get();
             while sub < end {
                 let p = Pfn::new(sub);
-                // SAFETY: `p` is a frame of the span, so its subsection byte exists.
+                // SAFETY: `p` is a frame of the span, so its subsection byte exists; no reader
+                // looks at it before the section byte below says ACTIVE.
                 unsafe {
                     self.subsections
                         .as_ptr()
                         .add(self.subsection_index(p))
-                        .write(INACTIVE)
+                        .write(AtomicU8::new(INACTIVE))
                 };
                 if p != sec_anchor {
                     self.zero(p);
                 }
                 sub = ((sub >> SUBSECTION_SHIFT) + 1) << SUBSECTION_SHIFT;
             }
-            // SAFETY: `pfn` is a frame of the span, so its section byte exists.
-            unsafe {
-                self.sections
-                    .as_ptr()
-                    .add(self.section_index(pfn))
-                    .write(ACTIVE)
-            };
+            // Release: a reader that sees ACTIVE sees the bytes and entries written above.
+            self.section_byte(pfn).store(ACTIVE, Ordering::Release);
         }
         let sub_anchor = self.anchor_of(pfn, SUBSECTION_SHIFT);
-        if pfn != sub_anchor && self.subsection_state(pfn) != ACTIVE {
+        if pfn != sub_anchor && self.subsection_byte(pfn).load(Ordering::Relaxed) != ACTIVE {
             let sub_end = (((sub_anchor.get() >> SUBSECTION_SHIFT) + 1) << SUBSECTION_SHIFT)
                 .min(self.range.end().get());
-            let first = sub_anchor.get() + 1;
-            // SAFETY: `first..sub_end` are frames of the span, so the entries are inside the region.
-            unsafe {
-                self.entry(Pfn::new(first))
-                    .write_bytes(0, (sub_end - first) as usize)
-            };
-            // SAFETY: `pfn` is a frame of the span, so its subsection byte exists.
-            unsafe {
-                self.subsections
-                    .as_ptr()
-                    .add(self.subsection_index(pfn))
-                    .write(ACTIVE)
-            };
+            let first = Pfn::new(sub_anchor.get() + 1);
+            let count = (sub_end - first.get()) as usize;
+            // SAFETY: `first..sub_end` are frames of the span that are neither section nor
+            // subsection anchors, so their entries are consecutive in the frame table.
+            unsafe { self.entry_unchecked(first).write_bytes(0, count) };
+            // Release: as for the section byte.
+            self.subsection_byte(pfn).store(ACTIVE, Ordering::Release);
         }
+        Some(e)
     }
 
-    /// The tag of `pfn` (zero for an entry not yet valid). Callable without the zone lock.
+    /// The entry of `pfn` if it is valid (a frame of the span whose metadata is initialised).
+    fn valid_entry(&self, pfn: Pfn) -> Option<*mut Entry> {
+        let e = self.entry(pfn)?;
+        self.is_valid(pfn).then_some(e)
+    }
+
+    /// The tag of `pfn` (zero for a frame outside the span or an entry not yet valid).
+    /// Callable without the zone lock.
     pub(crate) fn tag(&self, pfn: Pfn) -> u32 {
-        if !self.is_valid(pfn) {
+        let Some(e) = self.valid_entry(pfn) else {
             return 0;
-        }
+        };
         // SAFETY: the entry is valid and inside the region; the tag is only accessed atomically.
-        unsafe { (*self.entry(pfn)).tag.load(Ordering::Acquire) }
+        unsafe { (*e).tag.load(Ordering::Acquire) }
     }
 
     /// Sets the tag of `pfn`, preparing its entry first. The caller holds the zone lock.
     pub(crate) fn set_tag(&self, pfn: Pfn, value: u32) {
-        self.prepare(pfn);
-        // SAFETY: the entry is valid after `prepare`; the tag is only accessed atomically.
-        // Release: a per-CPU free that reads this tag sees the block's state complete.
-        unsafe { (*self.entry(pfn)).tag.store(value, Ordering::Release) };
+        if let Some(e) = self.prepare(pfn) {
+            // SAFETY: the entry is valid after `prepare`; the tag is only accessed atomically.
+            // Release: a per-CPU free that reads this tag sees the block's state complete.
+            unsafe { (*e).tag.store(value, Ordering::Release) };
+        }
     }
 
     /// The link of an allocated frame as one absolute frame number, for the owner of the frame
-    /// (a per-CPU cache, under its own lock). An allocated frame heads a block, so its entry is
-    /// valid and no activation can touch it.
-    pub(crate) fn owner_link(&self, pfn: Pfn) -> u64 {
-        debug_assert!(self.is_valid(pfn) && self.tag(pfn) & tag::ALLOCATED != 0);
+    /// (a per-CPU cache, under its own lock); `None` if `pfn` heads no block of the span.
+    pub(crate) fn owner_link(&self, pfn: Pfn) -> Option<u64> {
+        let e = self.valid_entry(pfn)?;
         // SAFETY: the entry is valid and inside the region; the links of an allocated frame are
         // used only by its owner, who holds the lock that owns it.
-        unsafe {
-            let e = self.entry(pfn);
-            u64::from((*e).next) | u64::from((*e).prev) << 32
-        }
+        Some(unsafe { u64::from((*e).next) | u64::from((*e).prev) << 32 })
     }
 
     /// Sets the owner link of an allocated frame; see [`Span::owner_link`].
     pub(crate) fn set_owner_link(&self, pfn: Pfn, link: u64) {
-        debug_assert!(self.is_valid(pfn) && self.tag(pfn) & tag::ALLOCATED != 0);
-        // SAFETY: as in `owner_link`.
-        unsafe {
-            let e = self.entry(pfn);
-            (*e).next = link as u32;
-            (*e).prev = (link >> 32) as u32;
+        if let Some(e) = self.valid_entry(pfn) {
+            // SAFETY: as in `owner_link`.
+            unsafe {
+                (*e).next = link as u32;
+                (*e).prev = (link >> 32) as u32;
+            }
         }
     }
 
-    /// Stores the tag of an entry known to be valid (a block head), without preparing it.
+    /// Stores the tag of an entry that heads a block (so is valid), without preparing it.
     pub(crate) fn store_tag(&self, pfn: Pfn, value: u32) {
-        debug_assert!(self.is_valid(pfn));
-        // SAFETY: the entry heads a block, so it is valid and inside the region; the tag is
-        // only accessed atomically. Release: as in `set_tag`.
-        unsafe { (*self.entry(pfn)).tag.store(value, Ordering::Release) };
+        if let Some(e) = self.valid_entry(pfn) {
+            // SAFETY: the entry is valid and inside the region; the tag is only accessed
+            // atomically. Release: as in `set_tag`.
+            unsafe { (*e).tag.store(value, Ordering::Release) };
+        }
     }
 
     /// Atomically replaces the tag `old` by `new`; `Err(found)` if the tag was not `old`.
     /// Used where two CPUs may race on one frame (a double free from two CPUs).
     pub(crate) fn swap_tag(&self, pfn: Pfn, old: u32, new: u32) -> Result<(), u32> {
-        if !self.is_valid(pfn) {
-            return Err(0);
-        }
+        let e = self.valid_entry(pfn).ok_or(0u32)?;
         // SAFETY: the entry is valid and inside the region; the tag is only accessed atomically.
         // AcqRel: the winner sees the frame as its last owner left it and publishes the change.
         unsafe {
-            (*self.entry(pfn))
-                .tag
+            (*e).tag
                 .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
                 .map(|_| ())
         }
     }
 
-    /// The free-list links `(next, prev)` of a valid entry. The caller holds the zone lock.
+    /// The free-list links `(next, prev)` of a valid entry (`(NIL, NIL)` otherwise). The caller
+    /// holds the zone lock.
     pub(crate) fn links(&self, pfn: Pfn) -> (u32, u32) {
-        debug_assert!(self.is_valid(pfn));
+        let Some(e) = self.valid_entry(pfn) else {
+            return (NIL, NIL);
+        };
         // SAFETY: the entry is valid and inside the region; links are only accessed under the
         // zone lock, which the caller holds.
-        unsafe {
-            let e = self.entry(pfn);
-            ((*e).next, (*e).prev)
-        }
+        unsafe { ((*e).next, (*e).prev) }
     }
 
     /// Writes the whole entry of `pfn` (a block head going onto a free list), preparing it once.
     /// The caller holds the zone lock.
     pub(crate) fn set_entry(&self, pfn: Pfn, tag: u32, next: u32, prev: u32) {
-        self.prepare(pfn);
-        // SAFETY: the entry is valid after `prepare`; links are only accessed under the zone
-        // lock, and the tag only atomically. Release: as in `set_tag`.
-        unsafe {
-            let e = self.entry(pfn);
-            (*e).next = next;
-            (*e).prev = prev;
-            (*e).tag.store(tag, Ordering::Release);
+        if let Some(e) = self.prepare(pfn) {
+            // SAFETY: the entry is valid after `prepare`; links are only accessed under the zone
+            // lock, and the tag only atomically. Release: as in `set_tag`.
+            unsafe {
+                (*e).next = next;
+                (*e).prev = prev;
+                (*e).tag.store(tag, Ordering::Release);
+            }
         }
     }
 
     /// Sets the `next` link of `pfn`. The caller holds the zone lock.
     pub(crate) fn set_next(&self, pfn: Pfn, next: u32) {
-        self.prepare(pfn);
-        // SAFETY: the entry is valid after `prepare`; links are only accessed under the zone lock.
-        unsafe { (*self.entry(pfn)).next = next };
+        if let Some(e) = self.prepare(pfn) {
+            // SAFETY: the entry is valid after `prepare`; links are only accessed under the
+            // zone lock.
+            unsafe { (*e).next = next };
+        }
     }
 
     /// Sets the `prev` link of `pfn`. The caller holds the zone lock.
     pub(crate) fn set_prev(&self, pfn: Pfn, prev: u32) {
-        self.prepare(pfn);
-        // SAFETY: the entry is valid after `prepare`; links are only accessed under the zone lock.
-        unsafe { (*self.entry(pfn)).prev = prev };
+        if let Some(e) = self.prepare(pfn) {
+            // SAFETY: the entry is valid after `prepare`; links are only accessed under the
+            // zone lock.
+            unsafe { (*e).prev = prev };
+        }
     }
 }
 
@@ -444,7 +461,7 @@ impl SpanList {
     pub(crate) fn iter(&self) -> impl Iterator<Item = Span> + '_ {
         (0..self.len()).map(|i| {
             // SAFETY: `i < published`, so the slot is initialised and never written again.
-            unsafe { (*self.slots[i].get()).assume_init() }
+            self.slots[i].with(|p| unsafe { (*p).assume_init() })
         })
     }
 
@@ -471,7 +488,7 @@ impl SpanList {
         }
         // SAFETY: slot `i` was reserved by this call alone and is not yet published, so no
         // reader or other writer touches it.
-        unsafe { (*self.slots[i].get()).write(span) };
+        self.slots[i].with_mut(|p| unsafe { (*p).write(span) });
         // Earlier reservations publish first, so `published` counts initialised slots.
         while self.published.load(Ordering::Acquire) != i {
             spin_loop();

@@ -2,19 +2,26 @@
 //!
 //! Each CPU registered at boot keeps, for every (node, zone), a list of order-0 frames it took
 //! from that zone in a batch. An order-0 allocation from a CPU pops its list of the preferred
-//! node's first zone without touching the layout lock or any zone lock; a free pushes onto the
-//! list of the frame's *own* node and zone (caches never mix nodes), and a list above `high`
-//! drains `batch` frames back to its zone under one lock. Numastat events of cached traffic
-//! are counted per CPU and summed by [`Machine::numastat`], so the fast paths write no shared
-//! cache line.
+//! node's first zone without touching the layout or any zone lock; a free pushes onto the list
+//! of the frame's *own* node and zone (caches never mix nodes), and a list above `high` drains
+//! `batch` frames back to its zone under one lock. Numastat events of cached traffic are counted
+//! per CPU and summed when numastat is read, so the fast paths write no shared cache line.
 //!
 //! Cached frames are allocated as far as their zone knows, tagged `ALLOCATED | CACHED`, and
 //! linked through their own metadata entries, so a cache needs no storage per frame. A double
 //! free of a cached frame is refused from its tag. Any CPU may drain any cache: under memory
-//! pressure (a walk that fails while caches hold frames drains them all and retries), on CPU
-//! hotplug ([`Machine::drain_cpu`]) and through [`Machine::drain_all`].
+//! pressure, on CPU hotplug and on demand.
 //!
-//! Lock order: a CPU's cache lock, then one zone lock (see [`sync`](crate::sync)).
+//! Two promises need care with concurrency:
+//! - *Turning caching off is a barrier.* Every operation reads the tuning under its cache lock,
+//!   and [`Machine::set_pcp`](crate::Machine::set_pcp) drains every cache (taking each lock)
+//!   after storing it, so when it returns no frame is cached and none will be.
+//! - *Cached frames do not make an allocation fail.* A walk that failed raises
+//!   the caches' pressure count before it drains the caches its walk could use and retries; while
+//!   pressure is raised no cache refills or absorbs a free, so what the drain released stays in
+//!   the zones for the retry (only real allocations can take it).
+//!
+//! Lock order: a CPU's cache lock, then one zone lock (see `sync`).
 #![deny(unsafe_code)]
 
 use core::fmt;
@@ -22,18 +29,17 @@ use core::fmt;
 use crate::addr::{Order, Pfn, PhysRange};
 use crate::buddy::classify;
 use crate::error::{FreeError, InvariantError};
-use crate::machine::{AllocFlags, Machine, tally, zones};
 use crate::meta::{Span, tag};
-use crate::node::{Mark, Zone, ZoneKind};
-use crate::stats::NumaStat;
-use crate::sync::{Mutex, Ordering};
-use crate::topology::{NodeId, NodeMask};
+use crate::node::{Mark, Node, Zone, ZoneKind};
+use crate::stats::{NumaStat, tally};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::topology::NodeId;
 
 /// The largest batch a cache moves at once (its refill buffer lives on the stack).
 pub const MAX_BATCH: u32 = 256;
 const NIL: u64 = u64::MAX;
 
-/// A CPU registered at boot. Get one from [`Machine::cpu`].
+/// A CPU registered at boot. Get one from [`Machine::cpu`](crate::Machine::cpu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct CpuId(u32);
@@ -86,17 +92,28 @@ impl PcpConfig {
         };
         PcpConfig { batch, high }
     }
+
+    fn pack(self) -> u64 {
+        u64::from(self.high) << 32 | u64::from(self.batch)
+    }
+
+    fn unpack(v: u64) -> PcpConfig {
+        PcpConfig {
+            batch: v as u32,
+            high: (v >> 32) as u32,
+        }
+    }
 }
 
 /// One list: frames linked through their metadata, `head` an absolute frame number.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PcpList {
     head: u64,
-    count: u32,
+    count: u64,
 }
 
 impl PcpList {
-    pub(crate) const EMPTY: PcpList = PcpList {
+    const EMPTY: PcpList = PcpList {
         head: NIL,
         count: 0,
     };
@@ -106,7 +123,7 @@ impl PcpList {
 /// adjacent line the prefetcher pairs with it).
 #[derive(Clone, Copy, Debug)]
 #[repr(align(128))]
-pub(crate) struct PcpLines(pub(crate) [PcpList; 8]);
+pub(crate) struct PcpLines([PcpList; 8]);
 
 impl PcpLines {
     pub(crate) const EMPTY: PcpLines = PcpLines([PcpList::EMPTY; 8]);
@@ -115,7 +132,7 @@ impl PcpLines {
 /// Eight nodes' numastat events in 384 bytes, aligned like [`PcpLines`].
 #[derive(Clone, Copy, Debug)]
 #[repr(align(128))]
-pub(crate) struct EventLines(pub(crate) [[u64; 6]; 8]);
+pub(crate) struct EventLines([[u64; 6]; 8]);
 
 impl EventLines {
     pub(crate) const ZERO: EventLines = EventLines([[0; 6]; 8]);
@@ -126,7 +143,7 @@ pub(crate) fn lines_for(slots: usize) -> usize {
     slots.div_ceil(8)
 }
 
-/// The span a CPU freed into last: frees mostly hit it, and then need no layout lock.
+/// Where a frame lives: its zone's span, found without the zone lock.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LastSpan {
     pub(crate) range: PhysRange,
@@ -137,11 +154,12 @@ pub(crate) struct LastSpan {
 
 /// The state behind one CPU's lock.
 #[derive(Debug)]
-pub(crate) struct CpuCache<'a> {
+struct CpuCache<'a> {
     /// List `node * 2 + zone`, eight to a block.
     lists: &'a mut [PcpLines],
     /// Numastat events this CPU counted, per node, eight to a block.
     events: &'a mut [EventLines],
+    /// The span this CPU freed into last: frees mostly hit it, and then need no lookup.
     last: Option<LastSpan>,
     /// Frames on all lists.
     total: u64,
@@ -151,7 +169,7 @@ pub(crate) struct CpuCache<'a> {
 #[derive(Debug)]
 #[repr(align(128))]
 pub(crate) struct PerCpu<'a> {
-    pub(crate) node: NodeId,
+    node: NodeId,
     cache: Mutex<CpuCache<'a>>,
 }
 
@@ -193,31 +211,18 @@ impl CpuCache<'_> {
             return None;
         }
         let pfn = Pfn::new(list.head);
-        let span = zone
-            .spans
-            .find(pfn)
-            .expect("cached frames belong to their zone");
-        list.head = span.owner_link(pfn);
+        let span = zone.span_of(pfn)?;
+        list.head = span.owner_link(pfn)?;
         list.count -= 1;
         self.total -= 1;
         // Only this CPU's lock takes a frame off its list, and every free of it fails while
         // it is cached, so a plain store suffices.
-        debug_assert_eq!(span.tag(pfn), tag::ALLOCATED | tag::CACHED);
         span.store_tag(pfn, tag::ALLOCATED);
         Some(pfn)
     }
 
     /// Links a frame already tagged cached onto (node, zone).
-    fn push(&mut self, node: NodeId, zone: &Zone, pfn: Pfn) {
-        let span = zone
-            .spans
-            .find(pfn)
-            .expect("cached frames belong to their zone");
-        self.push_in(node, zone.kind(), &span, pfn);
-    }
-
-    /// [`CpuCache::push`] when the caller already has the frame's span.
-    fn push_in(&mut self, node: NodeId, kind: ZoneKind, span: &Span, pfn: Pfn) {
+    fn push(&mut self, node: NodeId, kind: ZoneKind, span: &Span, pfn: Pfn) {
         let list = self.list(slot(node, kind));
         span.set_owner_link(pfn, list.head);
         list.head = pfn.get();
@@ -226,25 +231,24 @@ impl CpuCache<'_> {
     }
 
     /// Moves up to `n` frames of (node, zone) back to the zone under one lock; returns how many.
-    fn drain(&mut self, node: NodeId, zone: &Zone, n: u32) -> u32 {
+    fn drain(&mut self, node: NodeId, zone: &Zone, n: u64) -> u64 {
         let list = self.list(slot(node, zone.kind()));
         if list.head == NIL {
             return 0;
         }
-        let mut z = zone.inner.lock();
         let mut done = 0;
-        while done < n && list.head != NIL {
+        zone.free_each(|| {
+            if done == n || list.head == NIL {
+                return None;
+            }
             let pfn = Pfn::new(list.head);
-            let span = zone
-                .spans
-                .find(pfn)
-                .expect("cached frames belong to their zone");
-            list.head = span.owner_link(pfn);
+            let span = zone.span_of(pfn)?;
+            list.head = span.owner_link(pfn)?;
             list.count -= 1;
-            z.area.free_checked(&zone.spans, &span, pfn, Order::ZERO);
             done += 1;
-        }
-        self.total -= u64::from(done);
+            Some((span, pfn))
+        });
+        self.total -= done;
         done
     }
 
@@ -258,165 +262,208 @@ impl CpuCache<'_> {
     }
 }
 
-impl<'a> Machine<'a> {
-    /// The CPU registered at boot with index `index`.
-    pub fn cpu(&self, index: usize) -> Option<CpuId> {
+/// Who asked for a cached allocation, for numastat.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Asker {
+    pub(crate) preferred: NodeId,
+    pub(crate) interleave: bool,
+}
+
+/// Every CPU's cache, the tuning they share, and the pressure flag.
+#[derive(Debug)]
+pub(crate) struct Caches<'a> {
+    cpus: &'a [PerCpu<'a>],
+    /// [`PcpConfig::pack`]ed: batch and high are set and read together.
+    tuning: AtomicU64,
+    /// Walks that drained the caches and are retrying; see the module doc.
+    pressure: AtomicUsize,
+}
+
+impl<'a> Caches<'a> {
+    pub(crate) fn new(cpus: &'a [PerCpu<'a>], config: PcpConfig) -> Self {
+        Self {
+            cpus,
+            tuning: AtomicU64::new(config.clamped().pack()),
+            pressure: AtomicUsize::new(0),
+        }
+    }
+
+    /// The CPU registered with index `index`.
+    pub(crate) fn cpu(&self, index: usize) -> Option<CpuId> {
         (index < self.cpus.len()).then_some(CpuId(index as u32))
     }
 
-    /// Number of CPUs registered at boot.
-    pub fn cpu_count(&self) -> usize {
+    /// Number of CPUs.
+    pub(crate) fn len(&self) -> usize {
         self.cpus.len()
     }
 
     /// The node of a CPU.
-    pub fn cpu_node(&self, cpu: CpuId) -> Option<NodeId> {
+    pub(crate) fn node_of(&self, cpu: CpuId) -> Option<NodeId> {
         self.cpus.get(cpu.index()).map(|c| c.node)
     }
 
-    /// Replaces the cache tuning (clamped, see [`PcpConfig::clamped`]). Lists above the new
-    /// `high` shrink on their next free.
-    pub fn set_pcp(&self, config: PcpConfig) {
-        let c = config.clamped();
-        // Relaxed: tuning values, read independently on each operation.
-        self.pcp_batch.store(c.batch, Ordering::Relaxed);
-        self.pcp_high.store(c.high, Ordering::Relaxed);
+    /// The tuning in force.
+    pub(crate) fn tuning(&self) -> PcpConfig {
+        // Relaxed: one value; operations read it again under their cache lock.
+        PcpConfig::unpack(self.tuning.load(Ordering::Relaxed))
     }
 
-    /// The cache tuning in force.
-    pub fn pcp(&self) -> PcpConfig {
-        // Relaxed: as in `set_pcp`.
-        PcpConfig {
-            batch: self.pcp_batch.load(Ordering::Relaxed),
-            high: self.pcp_high.load(Ordering::Relaxed),
+    /// `true` if caches may hold frames now (caching on, no walk retrying under pressure).
+    /// Read under a cache lock, so that [`Caches::set_tuning`] and a pressure drain, which take
+    /// every cache lock after changing these, order against it.
+    fn caching(&self) -> Option<PcpConfig> {
+        // Relaxed: ordered by the cache lock held by the caller (see the module doc).
+        let c = PcpConfig::unpack(self.tuning.load(Ordering::Relaxed));
+        (c.high != 0 && self.pressure.load(Ordering::Relaxed) == 0).then_some(c)
+    }
+
+    /// Replaces the tuning and drains every cache: when this returns, every operation sees the
+    /// new tuning and no cache holds more than it allows (none at all with caching off).
+    pub(crate) fn set_tuning(&self, config: PcpConfig, nodes: &[Node]) {
+        // Relaxed: each cache lock taken by the drain below orders this store before every
+        // operation that runs after it on that cache.
+        self.tuning
+            .store(config.clamped().pack(), Ordering::Relaxed);
+        for i in 0..self.cpus.len() {
+            self.drain_cpu(CpuId(i as u32), nodes, |_, _| true);
         }
     }
 
-    /// Frames held in per-CPU caches (allocated as far as their zones know).
-    pub fn cached_pages(&self) -> u64 {
-        self.cpus.iter().map(|pc| pc.cache.lock().total).sum()
-    }
-
-    /// Allocates a block of `order` preferring the CPU's node (the local policy), through the
-    /// CPU's cache for order 0. `None` for an unknown CPU or when memory runs out.
-    #[must_use = "dropping the frame leaks it"]
-    pub fn alloc_cpu(&self, cpu: CpuId, order: Order, flags: AllocFlags) -> Option<Pfn> {
-        let node = self.cpu_node(cpu)?;
-        self.walk_cpu(cpu, node, order, flags, None, false)
-    }
-
-    /// The zonelist walk of [`Machine::alloc_from`] for a CPU: order-0 requests go through the
-    /// CPU's cache, others straight to the zones.
-    pub(crate) fn walk_cpu(
-        &self,
-        cpu: CpuId,
-        preferred: NodeId,
-        order: Order,
-        flags: AllocFlags,
-        filter: Option<&NodeMask>,
-        il: bool,
-    ) -> Option<Pfn> {
+    /// Pops a cached frame of `zone` on `node` for `cpu`, counting the event. Takes no zone lock.
+    pub(crate) fn pop(&self, cpu: CpuId, node: NodeId, zone: &Zone, asker: Asker) -> Option<Pfn> {
         let pc = self.cpus.get(cpu.index())?;
-        if order != Order::ZERO || self.pcp_high.load(Ordering::Relaxed) == 0 {
-            return self.walk(pc.node, preferred, order, flags, filter, il);
-        }
-        // Fast path: the first zone with memory of the preferred node has cached frames. The
-        // walk would start there, so no layout lock is needed. (Zones never lose their spans,
-        // so "has memory" cannot change under us in the wrong direction.)
-        if self.topo.contains(preferred) && filter.is_none_or(|f| f.contains(preferred)) {
-            let node = &self.nodes[preferred.index()];
-            if let Some(zone) = zones(flags)
-                .iter()
-                .map(|k| node.zone(*k))
-                .find(|z| z.spans.len() > 0)
-            {
-                let mut c = pc.cache.lock();
-                if let Some(pfn) = c.pop(preferred, zone) {
-                    c.count(pc.node, preferred, preferred, il);
-                    return Some(pfn);
-                }
-            }
-        }
-        let batch = self.pcp_batch.load(Ordering::Relaxed).clamp(1, MAX_BATCH) as usize;
-        let (pfn, node) = self.walk_with(preferred, order, flags, filter, |node, zone, mark| {
-            let mut c = pc.cache.lock();
-            if let Some(p) = c.pop(node, zone) {
-                return Some(p);
-            }
-            if mark == Mark::Reserve {
-                // Emergency reserves go to the caller, not into a cache.
-                return zone.alloc(order, mark);
-            }
-            let mut buf = [Pfn::new(0); MAX_BATCH as usize];
-            let got = zone.alloc_bulk(&mut buf[..batch], mark, tag::CACHED);
-            for &p in buf[..got].iter().rev() {
-                c.push(node, zone, p);
-            }
-            c.pop(node, zone)
-        })?;
-        pc.cache.lock().count(pc.node, preferred, node, il);
+        let mut c = pc.cache.lock();
+        let pfn = c.pop(node, zone)?;
+        c.count(pc.node, asker.preferred, node, asker.interleave);
         Some(pfn)
     }
 
-    /// Frees a block from a CPU: order-0 frames go into the CPU's cache, on the list of their
-    /// own node and zone; larger blocks go straight back to their zone.
-    ///
-    /// # Errors
-    /// [`FreeError::UnknownCpu`], or the errors of [`Machine::free`]; the state is then unchanged.
-    pub fn free_cpu(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+    /// Takes an order-0 frame of `zone` on `node` for `cpu`: from its cache, else from a fresh
+    /// batch the zone gives above `mark`, else (caching off, under pressure, or from the
+    /// reserves) one frame straight from the zone. Counts the event.
+    pub(crate) fn take(
+        &self,
+        cpu: CpuId,
+        node: NodeId,
+        zone: &Zone,
+        mark: Mark,
+        asker: Asker,
+    ) -> Option<Pfn> {
+        let pc = self.cpus.get(cpu.index())?;
+        let mut c = pc.cache.lock();
+        let pfn = match c.pop(node, zone) {
+            Some(p) => p,
+            None => match self.caching() {
+                // Emergency reserves go to the caller, not into a cache.
+                Some(config) if mark != Mark::Reserve => {
+                    let mut buf = [Pfn::new(0); MAX_BATCH as usize];
+                    let batch = config.batch.clamp(1, MAX_BATCH) as usize;
+                    let got = zone.alloc_bulk(&mut buf[..batch], mark, tag::CACHED);
+                    for &p in buf[..got].iter().rev() {
+                        let span = zone.span_of(p)?;
+                        c.push(node, zone.kind(), &span, p);
+                    }
+                    c.pop(node, zone)?
+                }
+                _ => zone.alloc(Order::ZERO, mark)?,
+            },
+        };
+        c.count(pc.node, asker.preferred, node, asker.interleave);
+        Some(pfn)
+    }
+
+    /// Frees an order-0 frame from `cpu` into its cache, on the list of the frame's own node and
+    /// zone, or straight to the zone when caching is off or under pressure. `locate` finds the
+    /// span of a frame outside the CPU's last one (it takes no lock).
+    pub(crate) fn free(
+        &self,
+        cpu: CpuId,
+        pfn: Pfn,
+        nodes: &[Node],
+        locate: impl FnOnce(Pfn) -> Option<LastSpan>,
+    ) -> Result<(), FreeError> {
         let pc = self
             .cpus
             .get(cpu.index())
             .ok_or(FreeError::UnknownCpu { cpu: cpu.0 })?;
-        if order != Order::ZERO || self.pcp_high.load(Ordering::Relaxed) == 0 {
-            return self.free(pfn, order);
-        }
         let mut c = pc.cache.lock();
         if !c.last.as_ref().is_some_and(|l| l.range.contains(pfn)) {
-            c.last = Some(self.locate(pfn).ok_or(FreeError::Foreign { pfn })?);
+            c.last = Some(locate(pfn).ok_or(FreeError::Foreign { pfn })?);
         }
-        let Some(last) = c.last.as_ref() else {
-            return Err(FreeError::Foreign { pfn });
+        let last = c.last.ok_or(FreeError::Foreign { pfn })?;
+        let zone = nodes
+            .get(last.node.index())
+            .ok_or(FreeError::Foreign { pfn })?
+            .zone(last.zone);
+        let Some(config) = self.caching() else {
+            return zone.free(pfn, Order::ZERO);
         };
-        let (node, kind, span) = (last.node, last.zone, last.span);
-        let zone = self.nodes[node.index()].zone(kind);
-        if let Err(found) = span.swap_tag(pfn, tag::ALLOCATED, tag::ALLOCATED | tag::CACHED) {
+        if let Err(found) = last
+            .span
+            .swap_tag(pfn, tag::ALLOCATED, tag::ALLOCATED | tag::CACHED)
+        {
             // `found` differs from a plain order-0 allocation, so `classify` names the misuse.
-            return Err(classify(found, pfn, order, 0)
+            return Err(classify(found, pfn, Order::ZERO, 0)
                 .err()
                 .unwrap_or(FreeError::NotAllocated { pfn }));
         }
-        c.push_in(node, kind, &span, pfn);
-        let high = self.pcp_high.load(Ordering::Relaxed);
-        if c.list_at(slot(node, kind)).count > high {
-            let batch = self.pcp_batch.load(Ordering::Relaxed).max(1);
-            c.drain(node, zone, batch);
+        c.push(last.node, last.zone, &last.span, pfn);
+        if c.list_at(slot(last.node, last.zone)).count > u64::from(config.high) {
+            c.drain(last.node, zone, u64::from(config.batch.max(1)));
         }
         Ok(())
     }
 
-    /// Gives every frame in `cpu`'s cache back to its zone (CPU hotplug, or a remote drain).
-    pub fn drain_cpu(&self, cpu: CpuId) {
+    /// Gives back to their zones the frames `cpu` caches for the (node, zone) pairs `wanted`
+    /// accepts; returns how many.
+    pub(crate) fn drain_cpu(
+        &self,
+        cpu: CpuId,
+        nodes: &[Node],
+        wanted: impl Fn(NodeId, ZoneKind) -> bool,
+    ) -> u64 {
         let Some(pc) = self.cpus.get(cpu.index()) else {
-            return;
+            return 0;
         };
         let mut c = pc.cache.lock();
-        for node in self.topo.node_ids() {
+        let mut done = 0;
+        for node in nodes {
             for kind in ZoneKind::ALL {
-                c.drain(node, self.nodes[node.index()].zone(kind), u32::MAX);
+                if wanted(node.id(), kind) {
+                    done += c.drain(node.id(), node.zone(kind), u64::MAX);
+                }
             }
         }
+        done
     }
 
-    /// Drains every CPU's cache.
-    pub fn drain_all(&self) {
-        for i in 0..self.cpus.len() {
-            self.drain_cpu(CpuId(i as u32));
-        }
+    /// Runs `retry` under pressure after draining, from every CPU, the frames of the (node,
+    /// zone) pairs `wanted` accepts, if there were any; `None` if the caches held none of them.
+    pub(crate) fn under_pressure<R>(
+        &self,
+        nodes: &[Node],
+        wanted: impl Fn(NodeId, ZoneKind) -> bool,
+        retry: impl FnOnce() -> R,
+    ) -> Option<R> {
+        // Relaxed: the drain below takes every cache lock after this, which orders the raised
+        // pressure before any later refill or free on that cache (see `caching`).
+        self.pressure.fetch_add(1, Ordering::Relaxed);
+        let drained: u64 = (0..self.cpus.len())
+            .map(|i| self.drain_cpu(CpuId(i as u32), nodes, &wanted))
+            .sum();
+        let r = (drained > 0).then(retry);
+        self.pressure.fetch_sub(1, Ordering::Relaxed);
+        r
     }
 
-    /// Numastat events that CPUs counted for `node` in their caches.
-    pub(crate) fn cpu_events(&self, node: NodeId, into: &mut NumaStat) {
+    /// Frames held in all caches (allocated as far as their zones know).
+    pub(crate) fn cached_pages(&self) -> u64 {
+        self.cpus.iter().map(|pc| pc.cache.lock().total).sum()
+    }
+
+    /// Adds the numastat events that CPUs counted for `node` in their caches.
+    pub(crate) fn events(&self, node: NodeId, into: &mut NumaStat) {
         for pc in self.cpus {
             let c = pc.cache.lock();
             if let Some(e) = c.events.get(node.index() / 8) {
@@ -427,21 +474,20 @@ impl<'a> Machine<'a> {
 
     /// Walks every CPU's lists: each frame is tagged cached, lies in its list's zone, and the
     /// counts add up to the CPU's total.
-    pub(crate) fn check_caches(&self) -> Result<(), InvariantError> {
-        let mut total = 0u64;
+    pub(crate) fn check(&self, nodes: &[Node]) -> Result<(), InvariantError> {
         for pc in self.cpus {
             let c = pc.cache.lock();
-            for node in self.topo.node_ids() {
+            let mut total = 0u64;
+            for node in nodes {
                 for kind in ZoneKind::ALL {
-                    let zone = self.nodes[node.index()].zone(kind);
-                    let list = c.list_at(slot(node, kind));
+                    let zone = node.zone(kind);
+                    let list = c.list_at(slot(node.id(), kind));
                     let mut cur = list.head;
-                    let mut n = 0u32;
+                    let mut n = 0u64;
                     while cur != NIL {
                         let pfn = Pfn::new(cur);
                         let span = zone
-                            .spans
-                            .find(pfn)
+                            .span_of(pfn)
                             .ok_or(InvariantError::BrokenLink { pfn })?;
                         if span.tag(pfn) != tag::ALLOCATED | tag::CACHED {
                             return Err(InvariantError::BadFreeTag {
@@ -453,179 +499,20 @@ impl<'a> Machine<'a> {
                         if n > list.count {
                             return Err(InvariantError::BrokenLink { pfn });
                         }
-                        cur = span.owner_link(pfn);
+                        cur = span
+                            .owner_link(pfn)
+                            .ok_or(InvariantError::BrokenLink { pfn })?;
                     }
                     if n != list.count {
-                        return Err(InvariantError::Counter { node });
+                        return Err(InvariantError::Counter { node: node.id() });
                     }
-                    total += u64::from(n);
+                    total += n;
                 }
             }
             if total != c.total {
                 return Err(InvariantError::Counter { node: pc.node });
             }
-            total = 0;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    extern crate std;
-    use std::vec::Vec;
-
-    use super::*;
-    use crate::test_util::{SparseMem, Spec};
-
-    fn n(i: usize) -> NodeId {
-        NodeId::new(i)
-    }
-
-    #[test]
-    fn cached_round_trip_and_double_free() {
-        let spec = Spec::uniform(2, 2048, 0);
-        let mem = SparseMem::default();
-        let m = spec.boot_with_cpus(&mem, &[n(0), n(1)]);
-        let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
-        assert!(m.cpu(2).is_none());
-        let free0 = m.node(n(0)).unwrap().free_pages();
-        let p = m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap();
-        assert_eq!(m.node_of(p), Some(n(0)));
-        assert_eq!(
-            m.cached_pages(),
-            u64::from(m.pcp().batch) - 1,
-            "one batch refilled, one frame handed out"
-        );
-        assert_eq!(
-            m.node(n(0)).unwrap().free_pages(),
-            free0 - u64::from(m.pcp().batch)
-        );
-        m.check_invariants().unwrap();
-        m.free_cpu(c0, p, Order::ZERO).unwrap();
-        assert_eq!(
-            m.free_cpu(c0, p, Order::ZERO),
-            Err(FreeError::DoubleFree { pfn: p })
-        );
-        assert_eq!(
-            m.free(p, Order::ZERO),
-            Err(FreeError::DoubleFree { pfn: p }),
-            "a cached frame is not the caller's"
-        );
-        assert_eq!(
-            m.free_cpu(c1, p, Order::ZERO),
-            Err(FreeError::DoubleFree { pfn: p })
-        );
-        assert_eq!(
-            m.free_cpu(c1, Pfn::new(1 << 40), Order::ZERO),
-            Err(FreeError::Foreign {
-                pfn: Pfn::new(1 << 40)
-            })
-        );
-        m.check_invariants().unwrap();
-        // The same frame comes back first (LIFO, cache-hot).
-        assert_eq!(m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()), Some(p));
-        m.free_cpu(c0, p, Order::ZERO).unwrap();
-        m.drain_all();
-        assert_eq!(m.cached_pages(), 0);
-        assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
-        m.check_invariants().unwrap();
-    }
-
-    #[test]
-    fn remote_frees_go_to_their_own_node_and_numastat_sums_cpus() {
-        let spec = Spec::uniform(2, 2048, 0);
-        let mem = SparseMem::default();
-        let m = spec.boot_with_cpus(&mem, &[n(0), n(1)]);
-        let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
-        let frames: Vec<Pfn> = (0..10)
-            .map(|_| m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap())
-            .collect();
-        for p in &frames {
-            m.free_cpu(c1, *p, Order::ZERO).unwrap();
-        }
-        m.check_invariants().unwrap();
-        // CPU 1 now caches node-0 frames on its node-0 list; its own node's allocations do not
-        // take them.
-        let q = m.alloc_cpu(c1, Order::ZERO, AllocFlags::empty()).unwrap();
-        assert_eq!(m.node_of(q), Some(n(1)));
-        let s0 = m.numastat(n(0)).unwrap();
-        assert_eq!((s0.numa_hit, s0.local_node), (10, 10));
-        assert_eq!(m.numastat(n(1)).unwrap().local_node, 1);
-        m.free_cpu(c1, q, Order::ZERO).unwrap();
-        m.drain_cpu(c1);
-        m.drain_cpu(c0);
-        assert_eq!(m.cached_pages(), 0);
-        m.check_invariants().unwrap();
-    }
-
-    #[test]
-    fn cached_frames_never_fail_an_allocation() {
-        let spec = Spec::uniform(1, 1024, 0);
-        let mem = SparseMem::default();
-        let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]);
-        let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
-        let total = m.node(n(0)).unwrap().free_pages();
-        // CPU 1 takes a batch into its cache, then everything else is allocated by CPU 0.
-        let p = m.alloc_cpu(c1, Order::ZERO, AllocFlags::empty()).unwrap();
-        let mut held = Vec::new();
-        while let Some(q) = m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()) {
-            held.push(q);
-        }
-        assert_eq!(
-            held.len() as u64 + 1,
-            total,
-            "CPU 1's cached frames were drained for CPU 0"
-        );
-        assert!(m.alloc(n(0), Order::ZERO, AllocFlags::empty()).is_none());
-        m.free_cpu(c1, p, Order::ZERO).unwrap();
-        assert!(
-            m.alloc(n(0), Order::ZERO, AllocFlags::empty()).is_some(),
-            "a node walk drains caches too"
-        );
-        m.check_invariants().unwrap();
-    }
-
-    #[test]
-    fn caches_off_and_tuning() {
-        let spec = Spec::uniform(1, 1024, 0);
-        let mem = SparseMem::default();
-        let m = spec.boot_with_cpus(&mem, &[n(0)]);
-        let c = m.cpu(0).unwrap();
-        m.set_pcp(PcpConfig::OFF);
-        let p = m.alloc_cpu(c, Order::ZERO, AllocFlags::empty()).unwrap();
-        assert_eq!(m.cached_pages(), 0);
-        m.free_cpu(c, p, Order::ZERO).unwrap();
-        m.set_pcp(PcpConfig {
-            batch: 1000,
-            high: 2,
-        });
-        assert_eq!(
-            m.pcp(),
-            PcpConfig {
-                batch: MAX_BATCH,
-                high: MAX_BATCH
-            }
-        );
-        m.set_pcp(PcpConfig { batch: 4, high: 8 });
-        let frames: Vec<Pfn> = (0..20)
-            .map(|_| m.alloc_cpu(c, Order::ZERO, AllocFlags::empty()).unwrap())
-            .collect();
-        for p in frames {
-            m.free_cpu(c, p, Order::ZERO).unwrap();
-            assert!(m.cached_pages() <= 8, "a list above high drains a batch");
-        }
-        m.check_invariants().unwrap();
-        let big = m.alloc_cpu(c, Order::new(3), AllocFlags::empty()).unwrap();
-        assert_eq!(
-            m.free_cpu(c, big, Order::ZERO),
-            Err(FreeError::WrongOrder {
-                pfn: big,
-                given: Order::ZERO,
-                allocated: Order::new(3)
-            })
-        );
-        m.free_cpu(c, big, Order::new(3)).unwrap();
-        m.check_invariants().unwrap();
     }
 }

@@ -25,6 +25,18 @@ pub unsafe trait PhysMemory {
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>>;
 }
 
+/// Maps `range` through `mem`, refusing a pointer that breaks the alignment promise of
+/// [`PhysMemory`] (the tables carved from it rely on it).
+pub(crate) fn map_checked<M: PhysMemory + ?Sized>(
+    mem: &M,
+    range: PhysRange,
+) -> Option<NonNull<u8>> {
+    let p = mem.map(range)?;
+    (p.as_ptr().addr() as u64)
+        .is_multiple_of(PAGE_SIZE)
+        .then_some(p)
+}
+
 /// A cursor that carves typed tables off the end of one physical range (Linux's memblock, for
 /// the few tables that exist once per machine).
 pub(crate) struct BootCarve<'a> {
@@ -40,7 +52,7 @@ impl<'a> BootCarve<'a> {
     pub(crate) fn new<M: PhysMemory + ?Sized>(mem: &'a M, range: PhysRange) -> Option<Self> {
         let left = usize::try_from(range.bytes()).ok()?;
         Some(Self {
-            base: mem.map(range)?,
+            base: map_checked(mem, range)?,
             left,
             _mem: core::marker::PhantomData,
         })

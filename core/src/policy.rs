@@ -25,11 +25,10 @@
 //! node of the package can serve does the policy fall back to the whole mask.
 #![deny(unsafe_code)]
 
-use crate::addr::HugeSize;
-use crate::addr::{Order, Pfn};
+use crate::addr::{HugeSize, Order, Pfn};
 use crate::error::PolicyError;
 use crate::interleave::{IlState, Weights, plan_bulk};
-use crate::machine::{AllocFlags, Machine};
+use crate::machine::{AllocFlags, Machine, Request};
 use crate::topology::{NodeId, NodeMask, Topology};
 
 /// Where a policy places memory (Linux's `MPOL_*` modes).
@@ -185,21 +184,20 @@ impl TaskPolicy {
         order: Order,
         flags: AllocFlags,
     ) -> Option<Pfn> {
+        let local = Request::new(cpu_node, cpu_node, order, flags);
         match self.policy {
-            Policy::Local => machine.walk(cpu_node, cpu_node, order, flags, None, false),
-            Policy::Preferred(n) => machine.walk(cpu_node, n, order, flags, None, false),
-            Policy::Bind(mask) => {
-                machine.walk(cpu_node, cpu_node, order, flags, Some(&mask), false)
-            }
+            Policy::Local => machine.walk(&local),
+            Policy::Preferred(n) => machine.walk(&Request::new(cpu_node, n, order, flags)),
+            Policy::Bind(mask) => machine.walk(&local.within(&mask)),
             Policy::PreferredMany(mask) => machine
-                .walk(cpu_node, cpu_node, order, flags, Some(&mask), false)
-                .or_else(|| machine.walk(cpu_node, cpu_node, order, flags, None, false)),
+                .walk(&local.within(&mask))
+                .or_else(|| machine.walk(&local)),
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
                 let mask = self.candidates(machine, cpu_node, order)?;
                 let mut il = self.il;
                 let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
                 self.il = il;
-                machine.walk(cpu_node, node, order, flags, None, true)
+                machine.walk(&Request::new(cpu_node, node, order, flags).interleaved())
             }
         }
     }
@@ -214,19 +212,26 @@ impl TaskPolicy {
         cpu_node: NodeId,
         size: HugeSize,
     ) -> Option<Pfn> {
+        let local = Request::new(cpu_node, cpu_node, size.order(), AllocFlags::empty());
         match self.policy {
-            Policy::Local => machine.walk_pools(cpu_node, cpu_node, size, None),
-            Policy::Preferred(n) => machine.walk_pools(cpu_node, n, size, None),
-            Policy::Bind(mask) => machine.walk_pools(cpu_node, cpu_node, size, Some(&mask)),
+            Policy::Local => machine.walk_pools(&local, size),
+            Policy::Preferred(n) => machine.walk_pools(
+                &Request::new(cpu_node, n, size.order(), AllocFlags::empty()),
+                size,
+            ),
+            Policy::Bind(mask) => machine.walk_pools(&local.within(&mask), size),
             Policy::PreferredMany(mask) => machine
-                .walk_pools(cpu_node, cpu_node, size, Some(&mask))
-                .or_else(|| machine.walk_pools(cpu_node, cpu_node, size, None)),
+                .walk_pools(&local.within(&mask), size)
+                .or_else(|| machine.walk_pools(&local, size)),
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
                 let mask = self.candidates(machine, cpu_node, size.order())?;
                 let mut il = self.il;
                 let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
                 self.il = il;
-                machine.walk_pools(cpu_node, node, size, None)
+                machine.walk_pools(
+                    &Request::new(cpu_node, node, size.order(), AllocFlags::empty()),
+                    size,
+                )
             }
         }
     }
@@ -250,7 +255,10 @@ impl TaskPolicy {
                     il: bool,
                     out: &mut [Pfn]| {
             r.node_calls += 1;
-            let got = machine.bulk_walk(cpu_node, preferred, flags, filter, il, out);
+            let mut req = Request::new(cpu_node, preferred, Order::ZERO, flags);
+            req.filter = filter;
+            req.interleave = il;
+            let got = machine.bulk_walk(&req, out);
             r.placed += got;
             got
         };

@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 use crate::sync::{AtomicU64, Ordering};
+use crate::topology::NodeId;
 
 /// One node's numastat counters (`/sys/devices/system/node/nodeN/numastat`).
 ///
@@ -97,4 +98,34 @@ impl NumaStats {
             other_node: r(&self.other),
         }
     }
+}
+
+/// Linux's `zone_statistics()`: which numastat events one allocation of `n` pages on `got`
+/// makes, for a CPU of `cpu_node` that preferred `preferred`. `add(node, event, n)` records one.
+pub(crate) fn tally(
+    cpu_node: NodeId,
+    preferred: NodeId,
+    got: NodeId,
+    n: u64,
+    il: bool,
+    mut add: impl FnMut(NodeId, Event, u64),
+) {
+    if got == preferred {
+        add(got, Event::Hit, n);
+        if il {
+            add(got, Event::InterleaveHit, n);
+        }
+    } else {
+        add(got, Event::Miss, n);
+        add(preferred, Event::Foreign, n);
+    }
+    add(
+        got,
+        if got == cpu_node {
+            Event::Local
+        } else {
+            Event::Other
+        },
+        n,
+    );
 }

@@ -1,25 +1,30 @@
-//! The one place that names locks and atomics.
+//! The one place that names locks, atomics and shared cells.
 //!
-//! Normally these are `spin`'s lock and `core`'s atomics; under `--cfg numaframe_loom` they are
-//! loom's, so the loom models in `loom-tests/` explore every interleaving of the real code.
-//! Every other module imports from here (`.clippy.toml` forbids the originals elsewhere).
+//! Normally these are `spin`'s mutex and `core`'s atomics and cells; under `--cfg
+//! numaframe_loom` they are loom's, so the loom models in `loom-tests/` explore every
+//! interleaving of the real code. The reader-writer lock and the sequence count are written
+//! here on top of these atomics, so loom runs exactly the code that runs in production (and,
+//! the lock being writer-preferring, a lock-order inversion deadlocks under loom instead of
+//! hiding behind readers that pass a waiting writer). Every other module imports from here
+//! (`.clippy.toml` forbids the originals elsewhere).
 //!
 //! # Lock order
 //! Locks are taken in this order, and never in reverse:
-//! 1. the machine's layout lock (`Machine::layout`, read by allocations and frees, written by
-//!    hot-add);
+//! 1. the machine's hotplug lock (held by `hot_add` only, around checking, mapping and
+//!    publishing new memory; allocations and frees never take it: they read the layout under
+//!    its sequence count and retry if a hot-add published meanwhile);
 //! 2. a per-CPU cache lock;
 //! 3. one zone lock.
 //!
-//! The weight-table lock is a leaf: an interleave call holds it only to pick its next node or
-//! to copy the table for a bulk, never while it allocates.
+//! The weight-table lock and a node heap's lock are leaves with respect to the machine: an
+//! interleave call holds the weight lock only to pick its next node or to copy the table.
 //!
 //! No path holds two zone locks at once: the zonelist walk releases a zone's lock before it
-//! tries the next zone, and a bulk free groups frames by zone and locks one zone at a time.
-//! Metadata tags are read outside zone locks only through atomics (see `meta`).
+//! tries the next zone, and a bulk free locks one zone at a time. Metadata tags are read outside
+//! zone locks only through atomics (see `meta`).
 #![allow(clippy::disallowed_types)]
 
-pub use core::sync::atomic::Ordering;
+pub(crate) use core::sync::atomic::Ordering;
 
 macro_rules! atomic_newtype {
     ($(#[$doc:meta])* $name:ident, $int:ty, $core:ty, $loom:ty) => {
@@ -31,6 +36,7 @@ macro_rules! atomic_newtype {
             #[cfg(numaframe_loom)] $loom,
         );
 
+        #[allow(dead_code)]
         impl $name {
             /// A new atomic holding `v`.
             #[cfg(not(numaframe_loom))]
@@ -52,6 +58,11 @@ macro_rules! atomic_newtype {
             pub fn store(&self, v: $int, order: Ordering) {
                 self.0.store(v, order)
             }
+            /// Replaces the value by `v`, returning the previous one.
+            #[inline]
+            pub fn swap(&self, v: $int, order: Ordering) -> $int {
+                self.0.swap(v, order)
+            }
             /// Adds `v`, returning the previous value.
             #[inline]
             pub fn fetch_add(&self, v: $int, order: Ordering) -> $int {
@@ -62,6 +73,16 @@ macro_rules! atomic_newtype {
             pub fn fetch_sub(&self, v: $int, order: Ordering) -> $int {
                 self.0.fetch_sub(v, order)
             }
+            /// Ors in `v`, returning the previous value.
+            #[inline]
+            pub fn fetch_or(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_or(v, order)
+            }
+            /// Ands with `v`, returning the previous value.
+            #[inline]
+            pub fn fetch_and(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_and(v, order)
+            }
             /// Replaces `current` by `new` if it holds `current`.
             #[inline]
             pub fn compare_exchange(&self, current: $int, new: $int, success: Ordering, failure: Ordering) -> Result<$int, $int> {
@@ -71,6 +92,14 @@ macro_rules! atomic_newtype {
     };
 }
 
+atomic_newtype!(
+    /// A `u8` atomic (loom's under `--cfg numaframe_loom`).
+    AtomicU8, u8, core::sync::atomic::AtomicU8, loom::sync::atomic::AtomicU8
+);
+atomic_newtype!(
+    /// A `u16` atomic (loom's under `--cfg numaframe_loom`).
+    AtomicU16, u16, core::sync::atomic::AtomicU16, loom::sync::atomic::AtomicU16
+);
 atomic_newtype!(
     /// A `u32` atomic (loom's under `--cfg numaframe_loom`).
     AtomicU32, u32, core::sync::atomic::AtomicU32, loom::sync::atomic::AtomicU32
@@ -89,22 +118,22 @@ atomic_newtype!(
 /// the zone lock orders every write to it. Zeroed memory is a valid `RawAtomicU32` holding 0.
 #[derive(Debug, Default)]
 #[repr(transparent)]
-pub struct RawAtomicU32(core::sync::atomic::AtomicU32);
+pub(crate) struct RawAtomicU32(core::sync::atomic::AtomicU32);
 
 impl RawAtomicU32 {
     /// Loads the value.
     #[inline]
-    pub fn load(&self, order: Ordering) -> u32 {
+    pub(crate) fn load(&self, order: Ordering) -> u32 {
         self.0.load(order)
     }
     /// Stores `v`.
     #[inline]
-    pub fn store(&self, v: u32, order: Ordering) {
+    pub(crate) fn store(&self, v: u32, order: Ordering) {
         self.0.store(v, order)
     }
     /// Replaces `current` by `new` if it holds `current`.
     #[inline]
-    pub fn compare_exchange(
+    pub(crate) fn compare_exchange(
         &self,
         current: u32,
         new: u32,
@@ -115,18 +144,77 @@ impl RawAtomicU32 {
     }
 }
 
+/// A memory fence (loom's under `--cfg numaframe_loom`).
+#[inline]
+pub(crate) fn fence(order: Ordering) {
+    #[cfg(not(numaframe_loom))]
+    core::sync::atomic::fence(order);
+    #[cfg(numaframe_loom)]
+    loom::sync::atomic::fence(order);
+}
+
 /// Tells the CPU (or loom) that this thread is spinning.
 #[inline]
-pub fn spin_loop() {
+pub(crate) fn spin_loop() {
     #[cfg(not(numaframe_loom))]
     core::hint::spin_loop();
     #[cfg(numaframe_loom)]
     loom::thread::yield_now();
 }
 
+/// An interior-mutable cell whose accesses loom checks for races (loom's `UnsafeCell` under
+/// `--cfg numaframe_loom`). Accesses go through closures so that loom can see where they begin
+/// and end.
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(
+    #[cfg(not(numaframe_loom))] core::cell::UnsafeCell<T>,
+    #[cfg(numaframe_loom)] loom::cell::UnsafeCell<T>,
+);
+
+impl<T> UnsafeCell<T> {
+    /// A new cell holding `value`.
+    #[cfg(not(numaframe_loom))]
+    pub(crate) const fn new(value: T) -> Self {
+        Self(core::cell::UnsafeCell::new(value))
+    }
+    /// A new cell holding `value`.
+    #[cfg(numaframe_loom)]
+    pub(crate) fn new(value: T) -> Self {
+        Self(loom::cell::UnsafeCell::new(value))
+    }
+
+    /// Runs `f` with a pointer for reading the value. The caller makes sure no write runs
+    /// concurrently (the pointer must not outlive `f`).
+    #[inline]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        #[cfg(not(numaframe_loom))]
+        {
+            f(self.0.get())
+        }
+        #[cfg(numaframe_loom)]
+        {
+            self.0.with(f)
+        }
+    }
+
+    /// Runs `f` with a pointer for writing the value. The caller makes sure no other access runs
+    /// concurrently (the pointer must not outlive `f`).
+    #[inline]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        #[cfg(not(numaframe_loom))]
+        {
+            f(self.0.get())
+        }
+        #[cfg(numaframe_loom)]
+        {
+            self.0.with_mut(f)
+        }
+    }
+}
+
 /// A mutual-exclusion lock whose `lock` returns the guard directly.
 #[derive(Debug, Default)]
-pub struct Mutex<T> {
+pub(crate) struct Mutex<T> {
     #[cfg(not(numaframe_loom))]
     inner: spin::Mutex<T>,
     #[cfg(numaframe_loom)]
@@ -135,29 +223,29 @@ pub struct Mutex<T> {
 
 /// The guard of a [`Mutex`].
 #[cfg(not(numaframe_loom))]
-pub type MutexGuard<'a, T> = spin::MutexGuard<'a, T>;
+pub(crate) type MutexGuard<'a, T> = spin::MutexGuard<'a, T>;
 /// The guard of a [`Mutex`].
 #[cfg(numaframe_loom)]
-pub type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
 impl<T> Mutex<T> {
     /// A new unlocked mutex.
     #[cfg(not(numaframe_loom))]
-    pub const fn new(value: T) -> Self {
+    pub(crate) const fn new(value: T) -> Self {
         Self {
             inner: spin::Mutex::new(value),
         }
     }
     /// A new unlocked mutex.
     #[cfg(numaframe_loom)]
-    pub fn new(value: T) -> Self {
+    pub(crate) fn new(value: T) -> Self {
         Self {
             inner: loom::sync::Mutex::new(value),
         }
     }
     /// Spins until the lock is free and takes it.
     #[inline]
-    pub fn lock(&self) -> MutexGuard<'_, T> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         #[cfg(not(numaframe_loom))]
         {
             self.inner.lock()
@@ -169,65 +257,209 @@ impl<T> Mutex<T> {
     }
 }
 
-/// A reader-writer lock whose `read`/`write` return the guards directly.
-#[derive(Debug, Default)]
-pub struct RwLock<T> {
+/// A writer-preferring reader-writer spinlock: once a writer waits, new readers wait behind it,
+/// so a stream of readers cannot starve a writer.
+///
+/// Invariant: `state` holds the number of readers in its low bits, [`RwLock::WAITING`] while
+/// a writer waits for them to leave and [`RwLock::WRITER`] while a writer holds the lock; at
+/// most one of the two writer bits is set, and `WRITER` only with no readers.
+#[derive(Debug)]
+pub(crate) struct RwLock<T> {
+    state: AtomicU32,
+    value: UnsafeCell<T>,
+}
+
+impl<T: Default> Default for RwLock<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+// SAFETY: the lock hands out `&T` to readers on any thread only while no writer holds it, and
+// `&mut T` to one writer at a time, so sharing the lock shares `T` as a `RwLock` does.
+unsafe impl<T: Send + Sync> Sync for RwLock<T> {}
+// SAFETY: moving the lock moves the value.
+unsafe impl<T: Send> Send for RwLock<T> {}
+
+impl<T> RwLock<T> {
+    const WRITER: u32 = 1 << 31;
+    const WAITING: u32 = 1 << 30;
+
+    /// A new unlocked lock.
     #[cfg(not(numaframe_loom))]
-    inner: spin::RwLock<T>,
+    pub(crate) const fn new(value: T) -> Self {
+        Self {
+            state: AtomicU32::new(0),
+            value: UnsafeCell::new(value),
+        }
+    }
+    /// A new unlocked lock.
     #[cfg(numaframe_loom)]
-    inner: loom::sync::RwLock<T>,
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            state: AtomicU32::new(0),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Takes the lock shared.
+    #[inline]
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, T> {
+        loop {
+            let s = self.state.load(Ordering::Relaxed);
+            // Acquire: pairs with the Release of the last writer's unlock, so its writes are
+            // visible to this reader.
+            if s & (Self::WRITER | Self::WAITING) == 0
+                && self
+                    .state
+                    .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return RwLockReadGuard { lock: self };
+            }
+            spin_loop();
+        }
+    }
+
+    /// Takes the lock exclusively.
+    #[inline]
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
+        // First announce the writer, so that no new reader gets in...
+        loop {
+            let s = self.state.load(Ordering::Relaxed);
+            // Relaxed: announcing orders nothing; taking the lock below does.
+            if s & (Self::WRITER | Self::WAITING) == 0
+                && self
+                    .state
+                    .compare_exchange(s, s | Self::WAITING, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                break;
+            }
+            spin_loop();
+        }
+        // ...then wait for the readers inside to leave.
+        loop {
+            // Acquire: pairs with the readers' Release in their unlock, so their reads happen
+            // before this writer's writes.
+            if self
+                .state
+                .compare_exchange(
+                    Self::WAITING,
+                    Self::WRITER,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return RwLockWriteGuard { lock: self };
+            }
+            spin_loop();
+        }
+    }
 }
 
 /// Shared guard of a [`RwLock`].
-#[cfg(not(numaframe_loom))]
-pub type RwLockReadGuard<'a, T> = spin::RwLockReadGuard<'a, T>;
-/// Shared guard of a [`RwLock`].
-#[cfg(numaframe_loom)]
-pub type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
-/// Exclusive guard of a [`RwLock`].
-#[cfg(not(numaframe_loom))]
-pub type RwLockWriteGuard<'a, T> = spin::RwLockWriteGuard<'a, T>;
-/// Exclusive guard of a [`RwLock`].
-#[cfg(numaframe_loom)]
-pub type RwLockWriteGuard<'a, T> = loom::sync::RwLockWriteGuard<'a, T>;
+#[derive(Debug)]
+pub(crate) struct RwLockReadGuard<'a, T> {
+    lock: &'a RwLock<T>,
+}
 
-impl<T> RwLock<T> {
-    /// A new unlocked lock.
-    #[cfg(not(numaframe_loom))]
-    pub const fn new(value: T) -> Self {
-        Self {
-            inner: spin::RwLock::new(value),
-        }
+impl<T> core::ops::Deref for RwLockReadGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: a read guard exists only while no writer holds the lock, so nothing mutates
+        // the value for the guard's lifetime.
+        self.lock.value.with(|p| unsafe { &*p })
     }
-    /// A new unlocked lock.
-    #[cfg(numaframe_loom)]
-    pub fn new(value: T) -> Self {
-        Self {
-            inner: loom::sync::RwLock::new(value),
-        }
+}
+
+impl<T> Drop for RwLockReadGuard<'_, T> {
+    fn drop(&mut self) {
+        // Release: this reader's reads happen before a later writer's writes.
+        self.lock.state.fetch_sub(1, Ordering::Release);
     }
-    /// Takes the lock shared.
+}
+
+/// Exclusive guard of a [`RwLock`].
+#[derive(Debug)]
+pub(crate) struct RwLockWriteGuard<'a, T> {
+    lock: &'a RwLock<T>,
+}
+
+impl<T> core::ops::Deref for RwLockWriteGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the write guard is the only access to the value while it lives.
+        self.lock.value.with(|p| unsafe { &*p })
+    }
+}
+
+impl<T> core::ops::DerefMut for RwLockWriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the write guard is the only access to the value while it lives, and `&mut
+        // self` makes this the only reference derived from it.
+        self.lock.value.with_mut(|p| unsafe { &mut *p })
+    }
+}
+
+impl<T> Drop for RwLockWriteGuard<'_, T> {
+    fn drop(&mut self) {
+        // Release: the writer's writes happen before the next reader's or writer's accesses.
+        self.lock.state.store(0, Ordering::Release);
+    }
+}
+
+/// A sequence count: readers take no lock and write nothing, they retry when a writer
+/// published meanwhile. The data it guards must be read and written through atomics (a torn
+/// read is possible and must be harmless until the retry check rejects it).
+///
+/// Invariant: the count is odd exactly while a writer is publishing. Writers are serialised by
+/// the caller (the machine's hotplug lock), see [`SeqCount::publish`].
+#[derive(Debug, Default)]
+pub(crate) struct SeqCount(AtomicU64);
+
+impl SeqCount {
+    /// A count at zero.
+    pub(crate) fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
+    /// Starts a read: waits while a writer publishes, and returns the count to check against.
     #[inline]
-    pub fn read(&self) -> RwLockReadGuard<'_, T> {
-        #[cfg(not(numaframe_loom))]
-        {
-            self.inner.read()
-        }
-        #[cfg(numaframe_loom)]
-        {
-            self.inner.read().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn read_begin(&self) -> u64 {
+        loop {
+            // Acquire: pairs with the Release at the end of `publish`, so the reads that follow
+            // see everything that publication wrote.
+            let s = self.0.load(Ordering::Acquire);
+            if s & 1 == 0 {
+                return s;
+            }
+            spin_loop();
         }
     }
-    /// Takes the lock exclusively.
+
+    /// `true` if a writer published since `read_begin` returned `start`: what was read may be
+    /// torn and must be read again.
     #[inline]
-    pub fn write(&self) -> RwLockWriteGuard<'_, T> {
-        #[cfg(not(numaframe_loom))]
-        {
-            self.inner.write()
-        }
-        #[cfg(numaframe_loom)]
-        {
-            self.inner.write().unwrap_or_else(|e| e.into_inner())
-        }
+    pub(crate) fn read_retry(&self, start: u64) -> bool {
+        // Acquire fence: the data reads above happen before the count is read again, so a
+        // writer that overwrote any of them has made the count differ by now.
+        fence(Ordering::Acquire);
+        self.0.load(Ordering::Relaxed) != start
+    }
+
+    /// Runs `f`, which writes the guarded data, as one publication. `_writer` proves that the
+    /// caller holds the lock that serialises writers.
+    pub(crate) fn publish<R, G>(&self, _writer: &MutexGuard<'_, G>, f: impl FnOnce() -> R) -> R {
+        let s = self.0.load(Ordering::Relaxed);
+        self.0.store(s + 1, Ordering::Relaxed);
+        // Release fence: the odd count is visible before any of the writes in `f`, so a reader
+        // that sees one of them also sees an odd or newer count when it checks again.
+        fence(Ordering::Release);
+        let r = f();
+        // Release: pairs with the Acquire in `read_begin`.
+        self.0.store(s + 2, Ordering::Release);
+        r
     }
 }

@@ -165,6 +165,14 @@ impl NodeMask {
         }
         m
     }
+    /// The set's bit words, node `64 * i + b` in bit `b` of word `i`.
+    pub(crate) fn words(&self) -> &[u64; MASK_WORDS] {
+        &self.0
+    }
+    /// The set with the given bit words (see [`NodeMask::words`]).
+    pub(crate) fn from_words(words: [u64; MASK_WORDS]) -> NodeMask {
+        NodeMask(words)
+    }
     /// The nodes in the set, ascending.
     pub fn iter(&self) -> NodeMaskIter<'_> {
         NodeMaskIter {

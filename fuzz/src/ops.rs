@@ -215,7 +215,7 @@ struct Snap {
     /// Per node and zone: free pages, managed pages, buddyinfo.
     zones: Vec<(u64, u64, [u64; NR_ORDERS])>,
     /// Per node and size: pool (total, free).
-    pools: Vec<(u64, u64)>,
+    pools: Vec<numaframe::HugeCounts>,
     cached: u64,
     memory_nodes: NodeMask,
 }
@@ -226,7 +226,8 @@ fn snap(m: &Machine<'_>) -> Snap {
     for node in m.nodes() {
         for kind in ZoneKind::ALL {
             let z = node.zone(kind);
-            let (free, managed, _) = z.counters();
+            let c = z.counters();
+            let (free, managed) = (c.free, c.managed);
             zones.push((free, managed, z.buddyinfo()));
         }
         for size in HugeSize::ALL {
@@ -694,7 +695,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                 assert!(got <= u64::from(count));
                 let after = m.huge_counts(node, size);
                 assert_eq!(
-                    (after.0 - before.0, after.1 - before.1),
+                    (after.total - before.total, after.free - before.free),
                     (got, got),
                     "reserve_huge reported {got} pages"
                 );
@@ -725,9 +726,12 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let (node, size) = (node_of(node), size_of(gig));
                 let before = m.huge_counts(node, size);
                 let got = m.release_huge(node, size, u64::from(count));
-                assert!(got <= u64::from(count) && got <= before.1);
+                assert!(got <= u64::from(count) && got <= before.free);
                 let after = m.huge_counts(node, size);
-                assert_eq!((before.0 - after.0, before.1 - after.1), (got, got));
+                assert_eq!(
+                    (before.total - after.total, before.free - after.free),
+                    (got, got)
+                );
             }
             Op::HotAdd {
                 node,
@@ -1012,12 +1016,13 @@ impl<'m, 'a> Harness<'m, 'a> {
         let mut pooled = 0u64;
         for node in m.nodes() {
             for kind in ZoneKind::ALL {
-                let (f, mg, _) = node.zone(kind).counters();
+                let c = node.zone(kind).counters();
+                let (f, mg) = (c.free, c.managed);
                 free += f;
                 managed += mg;
             }
             for size in HugeSize::ALL {
-                pooled += m.huge_counts(node.id(), size).0 * size.order().frames();
+                pooled += m.huge_counts(node.id(), size).total * size.order().frames();
             }
         }
         let small: u64 = self
@@ -1049,7 +1054,11 @@ impl<'m, 'a> Harness<'m, 'a> {
         for node in m.topology().node_ids() {
             for size in HugeSize::ALL {
                 m.release_huge(node, size, u64::MAX);
-                assert_eq!(m.huge_counts(node, size), (0, 0), "pool pages stuck");
+                assert_eq!(
+                    m.huge_counts(node, size),
+                    numaframe::HugeCounts::default(),
+                    "pool pages stuck"
+                );
             }
         }
         self.check();

@@ -201,7 +201,7 @@ fn reserve_on_small_machine(cfg: &cmdline::HugepageConfig, seed: usize) {
     let report = plan.report(&m).to_string();
     assert!(report.ends_with('\n'));
     for size in HugeSize::ALL {
-        let total: u64 = (0..3).map(|i| m.huge_counts(NodeId::new(i), size).0).sum();
+        let total: u64 = (0..3).map(|i| m.huge_counts(NodeId::new(i), size).total).sum();
         assert!(
             total <= cfg.total(size),
             "{size:?}: {total} reserved, more than asked"
@@ -212,7 +212,7 @@ fn reserve_on_small_machine(cfg: &cmdline::HugepageConfig, seed: usize) {
                     .iter()
                     .find(|e| e.node.index() == i)
                     .map_or(0, |e| e.count);
-                assert!(m.huge_counts(NodeId::new(i), size).0 <= asked);
+                assert!(m.huge_counts(NodeId::new(i), size).total <= asked);
             }
         }
     }

@@ -117,7 +117,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
         let per_node: BTreeMap<usize, u64> = machine
             .topology()
             .node_ids()
-            .map(|n| (n.index(), machine.huge_counts(n, size).0))
+            .map(|n| (n.index(), machine.huge_counts(n, size).total))
             .collect();
         huge_pools.push((size, per_node));
     }

@@ -189,7 +189,7 @@ fn pools(report: &Report<'_, '_>, machine: &Machine<'_>) -> Vec<Pool> {
                 machine
                     .topology()
                     .node_ids()
-                    .map(|n| (n, machine.huge_counts(n, size).0))
+                    .map(|n| (n, machine.huge_counts(n, size).total))
                     .collect(),
             ),
         })

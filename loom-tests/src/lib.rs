@@ -11,26 +11,46 @@ use numaframe::{
     Topology,
 };
 
-/// Physical memory that exists only where the allocator maps it.
+/// Physical memory that exists only where the allocator maps it: each mapped range gets its
+/// own page-aligned buffer (the promise of `PhysMemory`), filled with garbage.
 #[derive(Debug, Default)]
 pub struct SparseMem {
-    regions: Mutex<Vec<(PhysRange, Box<[u64]>)>>,
+    regions: Mutex<Vec<(PhysRange, Page)>>,
 }
 
-// SAFETY: each mapped range gets its own 8-byte-aligned buffer that lives as long as `self`,
+/// A page-aligned heap buffer, freed on drop.
+#[derive(Debug)]
+struct Page {
+    ptr: NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `SparseMem::map` with exactly this layout, freed once here.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+// SAFETY: the buffer is owned by its `Page`; the pointer is only a handle to it.
+unsafe impl Send for Page {}
+
+// SAFETY: each mapped range gets its own 4 KiB-aligned buffer that lives as long as `self`,
 // overlapping requests are refused, and nothing else touches the buffers.
 unsafe impl PhysMemory for SparseMem {
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
         let mut regions = self.regions.lock().ok()?;
-        if regions.iter().any(|(r, _)| r.overlaps(&range)) {
+        if range.is_empty() || regions.iter().any(|(r, _)| r.overlaps(&range)) {
             return None;
         }
-        let buf = vec![0x5a5a_5a5a_5a5a_5a5au64; (range.bytes() / 8) as usize].into_boxed_slice();
-        regions.push((range, buf));
-        // Take the pointer only once the box has reached its final owner: moving a Box
-        // asserts uniqueness and would invalidate a pointer taken before the move.
-        let stored = regions.last_mut()?;
-        NonNull::new(stored.1.as_mut_ptr().cast::<u8>())
+        let bytes = usize::try_from(range.bytes()).ok()?;
+        let layout = std::alloc::Layout::from_size_align(bytes, 4096).ok()?;
+        // SAFETY: the layout has a non-zero size (the range is not empty).
+        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) })?;
+        // SAFETY: the buffer was just allocated with `bytes` bytes.
+        unsafe { ptr.as_ptr().write_bytes(0x5a, bytes) };
+        regions.push((range, Page { ptr, layout }));
+        Some(ptr)
     }
 }
 

@@ -44,9 +44,9 @@ fn model(cmdline: &'static str, chunk: u64, want: [u64; 2]) {
             }
         }
         let counts = [0, 1].map(|i| m.huge_counts(NodeId::new(i), HugeSize::Size2M));
-        assert_eq!(counts.map(|c| c.0), want, "{cmdline}");
+        assert_eq!(counts.map(|c| c.total), want, "{cmdline}");
         assert_eq!(
-            counts.map(|c| c.1),
+            counts.map(|c| c.free),
             want,
             "every reserved page is free in its pool"
         );

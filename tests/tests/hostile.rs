@@ -122,7 +122,7 @@ struct Snap {
     /// Per node and zone: free pages, managed pages, buddyinfo.
     zones: Vec<(u64, u64, Vec<u64>)>,
     /// Per node and size: pool (total, free).
-    pools: Vec<(u64, u64)>,
+    pools: Vec<numaframe::HugeCounts>,
     cached: u64,
     memory_nodes: NodeMask,
     fallback: Vec<Vec<NodeId>>,
@@ -135,7 +135,8 @@ fn snap(m: &Machine<'_>) -> Snap {
     for node in m.nodes() {
         for kind in ZoneKind::ALL {
             let z = node.zone(kind);
-            let (free, managed, _) = z.counters();
+            let c = z.counters();
+            let (free, managed) = (c.free, c.managed);
             zones.push((free, managed, z.buddyinfo().to_vec()));
         }
         for size in HugeSize::ALL {
@@ -588,7 +589,10 @@ fn unknown_nodes_are_refused() {
             assert_eq!(m.alloc_huge(bad, HugeSize::Size2M), None);
             assert_eq!(m.reserve_huge(bad, HugeSize::Size2M, 10), 0);
             assert_eq!(m.release_huge(bad, HugeSize::Size2M, 10), 0);
-            assert_eq!(m.huge_counts(bad, HugeSize::Size1G), (0, 0));
+            assert_eq!(
+                m.huge_counts(bad, HugeSize::Size1G),
+                numaframe::HugeCounts { total: 0, free: 0 }
+            );
             let mut row = [n(0); 4];
             assert_eq!(m.fallback_order(bad, &mut row), 0);
             assert!(!m.topology().contains(bad));
@@ -1264,6 +1268,61 @@ fn huge_hotplug_slot_counts_are_a_typed_error() {
     assert_eq!(r.unwrap_err(), BootError::NoBootMemory);
 }
 
+/// Slot counts anywhere near `usize::MAX`, not only `usize::MAX` itself: the table sizing must
+/// not overflow (the gate runs this suite with overflow checks on as well).
+#[test]
+fn hotplug_slot_counts_near_usize_max_are_a_typed_error() {
+    let w = World::standard();
+    for slots in [
+        usize::MAX - 1,
+        usize::MAX / 2,
+        usize::MAX / 3,
+        usize::MAX / 64,
+        usize::MAX >> 20,
+        1 << 40,
+    ] {
+        let r = Machine::boot(
+            w.topology(),
+            &w.mem,
+            &w.ranges,
+            BootOptions {
+                hotplug_slots: slots,
+                ..BootOptions::default()
+            },
+        );
+        assert_eq!(r.unwrap_err(), BootError::NoBootMemory, "{slots} slots");
+    }
+}
+
+/// A platform that breaks `PhysMemory`'s alignment promise gets a typed boot error, not
+/// misaligned tables.
+#[test]
+fn misaligned_platform_memory_is_refused() {
+    /// Memory for every mapping from the heap, 8 bytes past a page boundary.
+    struct Misaligned;
+    // SAFETY: every mapping gets a fresh, leaked buffer of the range's size (plus the offset),
+    // valid for the program's lifetime and used by nothing else; only the alignment promise is
+    // broken, which is what the allocator must refuse.
+    unsafe impl numaframe::PhysMemory for Misaligned {
+        fn map(&self, range: PhysRange) -> Option<std::ptr::NonNull<u8>> {
+            let bytes = usize::try_from(range.bytes()).ok()? + 8;
+            let layout = std::alloc::Layout::from_size_align(bytes, 4096).ok()?;
+            // SAFETY: the layout is not empty.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            // SAFETY: the buffer holds `range.bytes() + 8` bytes, so 8 bytes in stays inside.
+            std::ptr::NonNull::new(p).map(|p| unsafe { p.add(8) })
+        }
+    }
+    let w = World::standard();
+    let mem = Misaligned;
+    let r = Machine::boot(w.topology(), &mem, &w.ranges, BootOptions::default());
+    assert!(
+        matches!(r, Err(BootError::MapFailed { .. })),
+        "boot over misaligned memory: {:?}",
+        r.map(|_| ())
+    );
+}
+
 #[test]
 fn extreme_tuning_is_clamped_or_refused() {
     let w = World::standard();
@@ -1461,7 +1520,7 @@ fn hugepage_reservation_of_any_size_never_over_reserves() {
         plan.run(&m);
         m.check_invariants().unwrap();
         for size in HugeSize::ALL {
-            let total: u64 = (0..3).map(|i| m.huge_counts(n(i), size).0).sum();
+            let total: u64 = (0..3).map(|i| m.huge_counts(n(i), size).total).sum();
             assert!(total <= cfg.total(size));
         }
         assert!(plan.report(&m).to_string().ends_with('\n'));
@@ -1487,6 +1546,6 @@ fn hugepage_reservation_of_any_size_never_over_reserves() {
     let ms = small.boot();
     plan.run(&ms);
     ms.check_invariants().unwrap();
-    assert!(ms.huge_counts(n(0), HugeSize::Size2M).0 <= 2);
+    assert!(ms.huge_counts(n(0), HugeSize::Size2M).total <= 2);
     let _ = plan.report(&ms).to_string();
 }

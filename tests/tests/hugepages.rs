@@ -273,8 +273,14 @@ fn reserved_pages_can_be_handed_out_and_returned() {
         .check_invariants()
         .expect("invariants after reservation");
     let n = NodeId::new;
-    assert_eq!(machine.huge_counts(n(0), HugeSize::Size1G), (2, 2));
-    assert_eq!(machine.huge_counts(n(3), HugeSize::Size2M), (1, 1));
+    assert_eq!(
+        machine.huge_counts(n(0), HugeSize::Size1G),
+        numaframe::HugeCounts { total: 2, free: 2 }
+    );
+    assert_eq!(
+        machine.huge_counts(n(3), HugeSize::Size2M),
+        numaframe::HugeCounts { total: 1, free: 1 }
+    );
 
     // Node 1 has one 1 GiB page; the next comes from its zonelist (node 0 at distance 12).
     let a = machine
@@ -285,7 +291,10 @@ fn reserved_pages_can_be_handed_out_and_returned() {
         .alloc_huge(n(1), HugeSize::Size1G)
         .expect("fallback page");
     assert_eq!(machine.node_of(b), Some(n(0)));
-    assert_eq!(machine.huge_counts(n(1), HugeSize::Size1G), (1, 0));
+    assert_eq!(
+        machine.huge_counts(n(1), HugeSize::Size1G),
+        numaframe::HugeCounts { total: 1, free: 0 }
+    );
 
     // 6 balanced 2 MiB pages are 2, 2, 1, 1. A policy bound to node 1 takes its two and stops.
     let mut bind =
@@ -315,14 +324,20 @@ fn reserved_pages_can_be_handed_out_and_returned() {
         machine.free_huge(a, HugeSize::Size1G).is_err(),
         "double free is refused"
     );
-    assert_eq!(machine.huge_counts(n(1), HugeSize::Size1G), (1, 1));
-    assert_eq!(machine.huge_counts(n(1), HugeSize::Size2M), (2, 2));
+    assert_eq!(
+        machine.huge_counts(n(1), HugeSize::Size1G),
+        numaframe::HugeCounts { total: 1, free: 1 }
+    );
+    assert_eq!(
+        machine.huge_counts(n(1), HugeSize::Size2M),
+        numaframe::HugeCounts { total: 2, free: 2 }
+    );
     machine.check_invariants().expect("invariants after frees");
 
     // The pools shrink back into the buddy.
     for node in machine.topology().node_ids() {
         for size in HugeSize::ALL {
-            let (total, _) = machine.huge_counts(node, size);
+            let total = machine.huge_counts(node, size).total;
             assert_eq!(machine.release_huge(node, size, u64::MAX), total);
         }
     }
@@ -355,7 +370,9 @@ fn jobs_run_by_hand_on_several_threads() {
     for node in 0..8 {
         let want = 12345 / 8 + u64::from(node < 12345 % 8);
         assert_eq!(
-            machine.huge_counts(NodeId::new(node), HugeSize::Size2M).0,
+            machine
+                .huge_counts(NodeId::new(node), HugeSize::Size2M)
+                .total,
             want
         );
     }

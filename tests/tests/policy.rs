@@ -107,7 +107,8 @@ fn above_low(m: &Machine<'_>, node: usize) -> u64 {
     [ZoneKind::Dma32, ZoneKind::Normal]
         .iter()
         .map(|k| {
-            let (free, _, marks) = m.node(n(node)).unwrap().zone(*k).counters();
+            let c = m.node(n(node)).unwrap().zone(*k).counters();
+            let (free, marks) = (c.free, c.marks);
             free.saturating_sub(marks.low)
         })
         .sum()

@@ -156,7 +156,10 @@ fn huge_frames_from_the_pools_and_refused_frees() {
     assert_eq!(m.reserve_huge(n(1), HugeSize::Size1G, 1), 1);
     let mut a = NumaFrameAllocator::new(&m, n(1)).with_huge_pools();
     let two: Vec<PhysFrame<Size2MiB>> = take(&mut a, 3);
-    assert_eq!(m.huge_counts(n(1), HugeSize::Size2M), (3, 0));
+    assert_eq!(
+        m.huge_counts(n(1), HugeSize::Size2M),
+        numaframe::HugeCounts { total: 3, free: 0 }
+    );
     let one: PhysFrame<Size1GiB> = a.allocate_frame().unwrap();
     assert_eq!(
         FrameAllocator::<Size1GiB>::allocate_frame(&mut a),
@@ -166,12 +169,18 @@ fn huge_frames_from_the_pools_and_refused_frees() {
     let four_k: PhysFrame<Size4KiB> = a.allocate_frame().unwrap();
     // SAFETY: the frame came from `a` and nothing uses it.
     unsafe { a.deallocate_frame(one) };
-    assert_eq!(m.huge_counts(n(1), HugeSize::Size1G), (1, 1));
+    assert_eq!(
+        m.huge_counts(n(1), HugeSize::Size1G),
+        numaframe::HugeCounts { total: 1, free: 1 }
+    );
     for f in &two {
         // SAFETY: as above.
         unsafe { a.deallocate_frame(*f) };
     }
-    assert_eq!(m.huge_counts(n(1), HugeSize::Size2M), (3, 3));
+    assert_eq!(
+        m.huge_counts(n(1), HugeSize::Size2M),
+        numaframe::HugeCounts { total: 3, free: 3 }
+    );
     assert_eq!(a.take_error(), None);
     let before = free_pages(&m);
     // A pool page handed back twice, and a 4 KiB frame freed as a 2 MiB one: refused,

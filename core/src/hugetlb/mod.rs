@@ -52,8 +52,8 @@
 //!     let cursor = JobCursor::new();
 //!     batch.work(&machine, &cursor);
 //! }
-//! assert_eq!(machine.huge_counts(NodeId::new(0), HugeSize::Size2M), (3, 3));
-//! assert_eq!(machine.huge_counts(NodeId::new(1), HugeSize::Size2M), (2, 2));
+//! assert_eq!(machine.huge_counts(NodeId::new(0), HugeSize::Size2M).total, 3);
+//! assert_eq!(machine.huge_counts(NodeId::new(1), HugeSize::Size2M).total, 2);
 //! assert_eq!(
 //!     plan.report(&machine).to_string(),
 //!     "HugeTLB: registered 2.00 MiB page size, pre-allocated 5 pages\n\
@@ -451,7 +451,7 @@ impl<'c> ReservationPlan<'c> {
         let mut short = false;
         for (rank, node) in s.active.iter().enumerate() {
             let target = spread_target(s.level, s.extra, rank, done.clamp);
-            if machine.huge_counts(node, done.size).0 < target {
+            if machine.huge_counts(node, done.size).total < target {
                 active.remove(node);
                 short = true;
             }
@@ -463,7 +463,7 @@ impl<'c> ReservationPlan<'c> {
             .memory
             .iter()
             .filter(|n| !active.contains(*n))
-            .map(|n| machine.huge_counts(n, done.size).0)
+            .map(|n| machine.huge_counts(n, done.size).total)
             .fold(0u64, u64::saturating_add);
         let spread = Spread::new(
             s.requested,
@@ -625,7 +625,7 @@ impl<'r, 'm> Report<'r, 'm> {
     }
 
     fn pages(&self, node: NodeId, size: HugeSize) -> u64 {
-        self.machine.huge_counts(node, size).0
+        self.machine.huge_counts(node, size).total
     }
 
     /// The lines, in order.
@@ -848,7 +848,7 @@ mod tests {
     fn counts(m: &Machine<'_>, size: HugeSize) -> Vec<u64> {
         m.topology()
             .node_ids()
-            .map(|id| m.huge_counts(id, size).0)
+            .map(|id| m.huge_counts(id, size).total)
             .collect()
     }
 

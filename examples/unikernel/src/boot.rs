@@ -263,8 +263,8 @@ pub fn reserve_hugepages(
         r.allocated[i] = report.allocated(size);
     }
     for node in machine.topology().node_ids() {
-        let (n2, _) = machine.huge_counts(node, HugeSize::Size2M);
-        let (n1, _) = machine.huge_counts(node, HugeSize::Size1G);
+        let n2 = machine.huge_counts(node, HugeSize::Size2M).total;
+        let n1 = machine.huge_counts(node, HugeSize::Size1G).total;
         if n2 + n1 > 0 {
             writeln!(
                 out,

@@ -165,7 +165,7 @@ pub fn booted(machine: &Machine<'_>, ranges: &[MemoryRange]) {
 pub fn hugepages(machine: &Machine<'_>) {
     for node in machine.topology().node_ids() {
         for size in HugeSize::ALL {
-            let (total, _) = machine.huge_counts(node, size);
+            let total = machine.huge_counts(node, size).total;
             if total > 0 {
                 defmt::println!("node {} holds {=u64} pages of {}", node, total, size);
             }

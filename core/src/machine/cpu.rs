@@ -1,0 +1,120 @@
+//! The per-CPU entry points: allocations and frees through a CPU's cache, drains and tuning.
+//! The caches themselves are [`Caches`](crate::percpu::Caches); this is where the walk uses
+//! them.
+#![deny(unsafe_code)]
+
+use super::walk::zones;
+use super::{AllocFlags, Machine, Request};
+use crate::addr::{Order, Pfn};
+use crate::error::FreeError;
+use crate::percpu::{Asker, CpuId, PcpConfig};
+use crate::topology::NodeId;
+
+impl<'a> Machine<'a> {
+    /// The CPU registered at boot with index `index`.
+    pub fn cpu(&self, index: usize) -> Option<CpuId> {
+        self.caches.cpu(index)
+    }
+
+    /// Number of CPUs registered at boot.
+    pub fn cpu_count(&self) -> usize {
+        self.caches.len()
+    }
+
+    /// The node of a CPU.
+    pub fn cpu_node(&self, cpu: CpuId) -> Option<NodeId> {
+        self.caches.node_of(cpu)
+    }
+
+    /// Replaces the cache tuning (clamped, see [`PcpConfig::clamped`]) and drains every cache:
+    /// when it returns, every cache follows the new tuning (with [`PcpConfig::OFF`], none holds
+    /// a frame, and none will).
+    pub fn set_pcp(&self, config: PcpConfig) {
+        self.caches.set_tuning(config, self.nodes);
+    }
+
+    /// The cache tuning in force.
+    pub fn pcp(&self) -> PcpConfig {
+        self.caches.tuning()
+    }
+
+    /// Frames held in per-CPU caches (allocated as far as their zones know).
+    pub fn cached_pages(&self) -> u64 {
+        self.caches.cached_pages()
+    }
+
+    /// Allocates a block of `order` preferring the CPU's node (the local policy), through the
+    /// CPU's cache for order 0. `None` for an unknown CPU or when memory runs out.
+    #[must_use = "dropping the frame leaks it"]
+    pub fn alloc_cpu(&self, cpu: CpuId, order: Order, flags: AllocFlags) -> Option<Pfn> {
+        let node = self.cpu_node(cpu)?;
+        self.walk_cpu(cpu, &Request::new(node, node, order, flags))
+    }
+
+    /// The walk of [`Machine::walk`] for a CPU: order-0 requests go through the CPU's cache,
+    /// others straight to the zones. `req.cpu_node` is replaced by the CPU's own node.
+    pub(crate) fn walk_cpu(&self, cpu: CpuId, req: &Request<'_>) -> Option<Pfn> {
+        let req = Request {
+            cpu_node: self.cpu_node(cpu)?,
+            ..*req
+        };
+        if req.order != Order::ZERO {
+            return self.walk(&req);
+        }
+        let asker = Asker {
+            preferred: req.preferred,
+            interleave: req.interleave,
+        };
+        // Fast path: the first zone with memory of the preferred node has cached frames. The
+        // walk would start there, so the layout is not read. (Zones never lose their spans, so
+        // "has memory" cannot change under us in the wrong direction.)
+        if self.topo.contains(req.preferred) && req.filter.is_none_or(|f| f.contains(req.preferred))
+        {
+            let node = &self.nodes[req.preferred.index()];
+            if let Some(zone) = zones(req.flags)
+                .iter()
+                .map(|k| node.zone(*k))
+                .find(|z| z.has_memory())
+                && let Some(pfn) = self.caches.pop(cpu, req.preferred, zone, asker)
+            {
+                return Some(pfn);
+            }
+        }
+        self.walk_with(&req, |node, zone, mark| {
+            self.caches.take(cpu, node, zone, mark, asker)
+        })
+        .map(|(pfn, _)| pfn)
+    }
+
+    /// Frees a block from a CPU: order-0 frames go into the CPU's cache, on the list of their
+    /// own node and zone; larger blocks go straight back to their zone.
+    ///
+    /// # Errors
+    /// [`FreeError::UnknownCpu`], or the errors of [`Machine::free`]; the state is then unchanged.
+    pub fn free_cpu(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if self.cpu_node(cpu).is_none() {
+            return Err(FreeError::UnknownCpu {
+                cpu: cpu.index() as u32,
+            });
+        }
+        if order != Order::ZERO {
+            return self.free(pfn, order);
+        }
+        self.caches
+            .free(cpu, pfn, self.nodes, |pfn| self.locate(pfn))
+    }
+
+    /// Gives every frame in `cpu`'s cache back to its zone (CPU hotplug, or a remote drain).
+    pub fn drain_cpu(&self, cpu: CpuId) {
+        self.caches.drain_cpu(cpu, self.nodes, |_, _| true);
+    }
+
+    /// Drains every CPU's cache.
+    pub fn drain_all(&self) {
+        for i in 0..self.caches.len() {
+            if let Some(cpu) = self.caches.cpu(i) {
+                self.drain_cpu(cpu);
+            }
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Unit tests of the per-CPU paths over mock memory: cached round trips, remote frees,
+//! pressure drains, tuning, and the races the soundness audit found.
+extern crate std;
+use std::vec::Vec;
+
+use crate::percpu::MAX_BATCH;
+use crate::test_util::{SparseMem, Spec};
+use crate::*;
+
+fn n(i: usize) -> NodeId {
+    NodeId::new(i)
+}
+
+#[test]
+fn cached_round_trip_and_double_free() {
+    let spec = Spec::uniform(2, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(1)]);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    assert!(m.cpu(2).is_none());
+    let free0 = m.node(n(0)).unwrap().free_pages();
+    let p = m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap();
+    assert_eq!(m.node_of(p), Some(n(0)));
+    assert_eq!(
+        m.cached_pages(),
+        u64::from(m.pcp().batch) - 1,
+        "one batch refilled, one frame handed out"
+    );
+    assert_eq!(
+        m.node(n(0)).unwrap().free_pages(),
+        free0 - u64::from(m.pcp().batch)
+    );
+    m.check_invariants().unwrap();
+    m.free_cpu(c0, p, Order::ZERO).unwrap();
+    assert_eq!(
+        m.free_cpu(c0, p, Order::ZERO),
+        Err(FreeError::DoubleFree { pfn: p })
+    );
+    assert_eq!(
+        m.free(p, Order::ZERO),
+        Err(FreeError::DoubleFree { pfn: p }),
+        "a cached frame is not the caller's"
+    );
+    assert_eq!(
+        m.free_cpu(c1, p, Order::ZERO),
+        Err(FreeError::DoubleFree { pfn: p })
+    );
+    assert_eq!(
+        m.free_cpu(c1, Pfn::new(1 << 40), Order::ZERO),
+        Err(FreeError::Foreign {
+            pfn: Pfn::new(1 << 40)
+        })
+    );
+    m.check_invariants().unwrap();
+    // The same frame comes back first (LIFO, cache-hot).
+    assert_eq!(m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()), Some(p));
+    m.free_cpu(c0, p, Order::ZERO).unwrap();
+    m.drain_all();
+    assert_eq!(m.cached_pages(), 0);
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn remote_frees_go_to_their_own_node_and_numastat_sums_cpus() {
+    let spec = Spec::uniform(2, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(1)]);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    let frames: Vec<Pfn> = (0..10)
+        .map(|_| m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    for p in &frames {
+        m.free_cpu(c1, *p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+    // CPU 1 now caches node-0 frames on its node-0 list; its own node's allocations do not
+    // take them.
+    let q = m.alloc_cpu(c1, Order::ZERO, AllocFlags::empty()).unwrap();
+    assert_eq!(m.node_of(q), Some(n(1)));
+    let s0 = m.numastat(n(0)).unwrap();
+    assert_eq!((s0.numa_hit, s0.local_node), (10, 10));
+    assert_eq!(m.numastat(n(1)).unwrap().local_node, 1);
+    m.free_cpu(c1, q, Order::ZERO).unwrap();
+    m.drain_cpu(c1);
+    m.drain_cpu(c0);
+    assert_eq!(m.cached_pages(), 0);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn cached_frames_never_fail_an_allocation() {
+    let spec = Spec::uniform(1, 1024, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    let total = m.node(n(0)).unwrap().free_pages();
+    // CPU 1 takes a batch into its cache, then everything else is allocated by CPU 0.
+    let p = m.alloc_cpu(c1, Order::ZERO, AllocFlags::empty()).unwrap();
+    let mut held = Vec::new();
+    while let Some(q) = m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()) {
+        held.push(q);
+    }
+    assert_eq!(
+        held.len() as u64 + 1,
+        total,
+        "CPU 1's cached frames were drained for CPU 0"
+    );
+    assert!(m.alloc(n(0), Order::ZERO, AllocFlags::empty()).is_none());
+    m.free_cpu(c1, p, Order::ZERO).unwrap();
+    assert!(
+        m.alloc(n(0), Order::ZERO, AllocFlags::empty()).is_some(),
+        "a node walk drains caches too"
+    );
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn caches_off_and_tuning() {
+    let spec = Spec::uniform(1, 1024, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let c = m.cpu(0).unwrap();
+    m.set_pcp(PcpConfig::OFF);
+    let p = m.alloc_cpu(c, Order::ZERO, AllocFlags::empty()).unwrap();
+    assert_eq!(m.cached_pages(), 0);
+    m.free_cpu(c, p, Order::ZERO).unwrap();
+    m.set_pcp(PcpConfig {
+        batch: 1000,
+        high: 2,
+    });
+    assert_eq!(
+        m.pcp(),
+        PcpConfig {
+            batch: MAX_BATCH,
+            high: MAX_BATCH
+        }
+    );
+    m.set_pcp(PcpConfig { batch: 4, high: 8 });
+    let frames: Vec<Pfn> = (0..20)
+        .map(|_| m.alloc_cpu(c, Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    for p in frames {
+        m.free_cpu(c, p, Order::ZERO).unwrap();
+        assert!(m.cached_pages() <= 8, "a list above high drains a batch");
+    }
+    m.check_invariants().unwrap();
+    let big = m.alloc_cpu(c, Order::new(3), AllocFlags::empty()).unwrap();
+    assert_eq!(
+        m.free_cpu(c, big, Order::ZERO),
+        Err(FreeError::WrongOrder {
+            pfn: big,
+            given: Order::ZERO,
+            allocated: Order::new(3)
+        })
+    );
+    m.free_cpu(c, big, Order::new(3)).unwrap();
+    m.check_invariants().unwrap();
+}
+
+/// A per-CPU free of a frame inside a free block (a misuse it must refuse) reads the
+/// metadata's validity state without the zone lock while another CPU's allocation makes that
+/// metadata valid: Miri checks that those accesses are synchronised.
+#[test]
+fn refused_cpu_free_races_an_allocation_that_prepares_its_metadata() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    let inside = Pfn::new(700);
+    // The barrier orders CPU 0's first free (which caches the frame's span) before CPU 1's
+    // allocations; CPU 0's later frees and CPU 1's allocations are not ordered at all.
+    let start = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert!(m.free_cpu(c0, inside, Order::ZERO).is_err());
+            start.wait();
+            for _ in 0..8 {
+                assert!(m.free_cpu(c0, inside, Order::ZERO).is_err());
+                std::thread::yield_now();
+            }
+        });
+        s.spawn(|| {
+            start.wait();
+            // Everything, so that the metadata around the refused frame becomes valid.
+            let mut held = Vec::new();
+            while let Some(p) = m.alloc_cpu(c1, Order::ZERO, AllocFlags::empty()) {
+                held.push(p);
+            }
+            for p in held {
+                m.free_cpu(c1, p, Order::ZERO).unwrap();
+            }
+        });
+    });
+    m.check_invariants().unwrap();
+}
+
+/// `pcp()` returns a configuration that was set, never a mix of two.
+#[test]
+fn tuning_is_read_whole() {
+    let spec = Spec::uniform(1, 1024, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let a = PcpConfig { batch: 1, high: 1 };
+    let b = PcpConfig {
+        batch: 200,
+        high: 400,
+    };
+    let rounds = if cfg!(miri) { 50 } else { 200_000 };
+    m.set_pcp(a);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..rounds {
+                m.set_pcp(if i % 2 == 0 { b } else { a });
+            }
+        });
+        s.spawn(|| {
+            for _ in 0..rounds {
+                let got = m.pcp();
+                assert!(got == a || got == b, "torn tuning {got:?}");
+            }
+        });
+    });
+}
+
+/// Turning caching off is a barrier: when `set_pcp` returns, no frame is cached, and none gets
+/// cached afterwards.
+#[test]
+fn turning_caches_off_empties_them() {
+    let spec = Spec::uniform(1, 1024, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let c = m.cpu(0).unwrap();
+    let free = m.node(n(0)).unwrap().free_pages();
+    let p = m.alloc_cpu(c, Order::ZERO, AllocFlags::empty()).unwrap();
+    assert!(m.cached_pages() > 0);
+    m.set_pcp(PcpConfig::OFF);
+    assert_eq!(m.cached_pages(), 0, "set_pcp(OFF) drains the caches");
+    m.free_cpu(c, p, Order::ZERO).unwrap();
+    assert_eq!(m.cached_pages(), 0);
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free);
+    m.check_invariants().unwrap();
+}
+
+/// A walk that cannot use the cached frames (THISNODE on a memoryless node) does not drain every
+/// CPU's cache on its way to failing.
+#[test]
+fn hopeless_walks_leave_caches_alone() {
+    let mut spec = Spec::uniform(2, 1024, 0);
+    spec.infos[1].has_memory = false;
+    spec.ranges.pop();
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(1)]);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    let p = m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap();
+    let cached = m.cached_pages();
+    assert!(cached > 0);
+    assert_eq!(m.alloc_cpu(c1, Order::ZERO, AllocFlags::THISNODE), None);
+    assert_eq!(m.alloc(n(1), Order::ZERO, AllocFlags::THISNODE), None);
+    assert_eq!(
+        m.cached_pages(),
+        cached,
+        "node 0's frames cannot serve node 1 alone"
+    );
+    m.free_cpu(c0, p, Order::ZERO).unwrap();
+    m.check_invariants().unwrap();
+}

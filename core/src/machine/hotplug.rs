@@ -1,0 +1,138 @@
+//! Memory hot-add, and the steps boot shares with it: checking a piece against its zone,
+//! mapping its metadata, publishing it, and rebuilding the fallback orders.
+#![deny(unsafe_code)]
+
+use super::Machine;
+use super::boot::{Piece, pieces, validate_range};
+use super::layout::{SpanRef, StagedSpan, Staging};
+use crate::addr::PhysRange;
+use crate::error::BootError;
+use crate::meta::Span;
+use crate::node::{Node, ZoneKind, default_min_free_kbytes};
+use crate::platform::PhysMemory;
+use crate::sync::MutexGuard;
+use crate::topology::NodeId;
+use crate::zonelist::FallbackOptions;
+
+use super::MemoryRange;
+
+impl<'a> Machine<'a> {
+    /// Checks that a piece can join its zone and the span index; changes nothing.
+    pub(super) fn check_piece(
+        &self,
+        staged: &Staging<'a>,
+        p: &Piece,
+        extra: usize,
+    ) -> Result<(), BootError> {
+        let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start()));
+        if p.usable.is_empty() || !zone.can_add(p.usable) {
+            return Err(BootError::BadRange {
+                start: p.usable.start(),
+            });
+        }
+        if !staged.has_room(extra) {
+            return Err(BootError::TooManyRanges);
+        }
+        Ok(())
+    }
+
+    /// Maps a piece's metadata; the allocator's state is unchanged.
+    pub(super) fn map_piece<M: PhysMemory + ?Sized>(
+        mem: &'a M,
+        p: &Piece,
+    ) -> Result<Span, BootError> {
+        Span::map(mem, p.usable, p.meta).ok_or(BootError::MapFailed {
+            start: p.meta.start(),
+        })
+    }
+
+    /// Stages a checked and mapped piece in the span index; [`Machine::commit`] publishes it.
+    pub(super) fn stage_piece(
+        &self,
+        staged: &mut MutexGuard<'_, Staging<'a>>,
+        p: &Piece,
+    ) -> Result<(), BootError> {
+        staged.insert(StagedSpan {
+            span: SpanRef {
+                range: p.usable,
+                node: p.node,
+                zone: ZoneKind::of(p.usable.start()),
+            },
+            whole: p.whole,
+        })
+    }
+
+    /// Rebuilds every fallback order from the staged node states and publishes the layout in
+    /// one publication, then hands the new spans to their zones (after the publication, so that
+    /// a frame is never handed out before a free can find its zone), then resets the
+    /// watermarks. Zonelist hints of the old orders lapse with the publication.
+    pub(super) fn commit(
+        &self,
+        staged: &mut MutexGuard<'_, Staging<'a>>,
+        opts: FallbackOptions,
+        spans: impl IntoIterator<Item = (Piece, Span)>,
+    ) {
+        staged.rebuild(&self.topo, opts);
+        self.layout.publish(staged);
+        for (p, span) in spans {
+            self.nodes[p.node.index()]
+                .zone(ZoneKind::of(p.usable.start()))
+                .add_span(span);
+        }
+        let total: u64 = self.nodes.iter().map(Node::managed_pages).sum();
+        let min_kb = self
+            .min_free_kbytes
+            .unwrap_or_else(|| default_min_free_kbytes(total));
+        for node in self.nodes {
+            for kind in ZoneKind::ALL {
+                node.zone(kind).set_watermarks(min_kb / 4, total);
+            }
+        }
+    }
+
+    /// Adds memory to `node` at run time and rebuilds every zonelist, atomically with respect
+    /// to concurrent allocations. A memoryless node joins every fallback list.
+    ///
+    /// Allocations and frees never wait for a hot-add, nor a hot-add for them: they read the
+    /// layout without a lock. `mem.map` is called with no allocator lock held but the hotplug
+    /// lock, so a platform may allocate from this machine while it maps (for page tables, say);
+    /// it must not call `hot_add` from `map`.
+    ///
+    /// # Errors
+    /// As [`Machine::boot`]; on error nothing changes.
+    pub fn hot_add<M: PhysMemory + ?Sized>(
+        &self,
+        mem: &'a M,
+        node: NodeId,
+        range: PhysRange,
+        opts: FallbackOptions,
+    ) -> Result<(), BootError> {
+        let r = MemoryRange { node, range };
+        validate_range(&self.topo, &r)?;
+        let mut staged = self.layout.stage();
+        if staged.overlaps(range) {
+            return Err(BootError::Overlap {
+                start: range.start(),
+            });
+        }
+        // Check and map every piece before changing anything, so a failure leaves the machine
+        // as it was (a mapping the platform made stays with the platform).
+        let mut planned: [Option<Piece>; 2] = [None, None];
+        let mut k = 0;
+        pieces(node, range, |p| {
+            self.check_piece(&staged, &p, k)?;
+            planned[k] = Some(p);
+            k += 1;
+            Ok(())
+        })?;
+        let mut mapped: [Option<(Piece, Span)>; 2] = [None, None];
+        for (slot, p) in mapped.iter_mut().zip(planned.into_iter().flatten()) {
+            *slot = Some((p, Self::map_piece(mem, &p)?));
+        }
+        for (p, _) in mapped.iter().flatten() {
+            self.stage_piece(&mut staged, p)?;
+        }
+        self.commit(&mut staged, opts, mapped.into_iter().flatten());
+        Ok(())
+    }
+}

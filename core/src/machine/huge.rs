@@ -1,0 +1,100 @@
+//! The huge-page pools: boot-time reservation, run-time allocation along the zonelist, and
+//! returns.
+#![deny(unsafe_code)]
+
+use super::{Machine, Request};
+use crate::addr::{HugeSize, Pfn};
+use crate::error::FreeError;
+use crate::node::{HugeCounts, ZoneKind};
+use crate::topology::NodeId;
+
+impl<'a> Machine<'a> {
+    /// Reserves up to `count` huge pages of `size` on `node` alone (boot-time reservation),
+    /// from its highest zone first, keeping each zone's min watermark; each zone's lock is
+    /// taken once. Returns how many it reserved.
+    pub fn reserve_huge(&self, node: NodeId, size: HugeSize, count: u64) -> u64 {
+        let Some(n) = self.nodes.get(node.index()) else {
+            return 0;
+        };
+        let mut got = 0;
+        for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
+            got += n.zone(kind).pool_grow(size.order(), count - got);
+        }
+        got
+    }
+
+    /// Gives up to `count` free huge pages of `size` on `node` back to the buddy (shrinking
+    /// the pool, like writing a smaller `nr_hugepages`). Returns how many it released.
+    pub fn release_huge(&self, node: NodeId, size: HugeSize, count: u64) -> u64 {
+        let Some(n) = self.nodes.get(node.index()) else {
+            return 0;
+        };
+        let mut done = 0;
+        for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
+            done += n.zone(kind).pool_shrink(size.order(), count - done);
+        }
+        done
+    }
+
+    /// Takes a huge page of `size` from the pools for `req` (its order is ignored), walking the
+    /// preferred node's zonelist (restricted to the request's filter) the way Linux dequeues
+    /// huge pages.
+    pub(crate) fn walk_pools(&self, req: &Request<'_>, size: HugeSize) -> Option<Pfn> {
+        if !self.topo.contains(req.preferred) {
+            return None;
+        }
+        loop {
+            let seq = self.layout.begin();
+            let list = self.layout.list(req.preferred, false);
+            for node in (0..list.len()).filter_map(|i| list.get(i)) {
+                if req.filter.is_some_and(|f| !f.contains(node)) {
+                    continue;
+                }
+                for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
+                    if let Some(pfn) = self.nodes[node.index()].zone(kind).pool_take(size.order()) {
+                        self.count(req, node, 1);
+                        return Some(pfn);
+                    }
+                }
+            }
+            if !self.layout.changed(seq) {
+                return None;
+            }
+        }
+    }
+
+    /// Takes a huge page of `size` from the pools, preferring `node`, on behalf of a CPU of
+    /// `node`. `None` when every pool on its zonelist is empty.
+    #[must_use = "dropping the page leaks it"]
+    pub fn alloc_huge(&self, node: NodeId, size: HugeSize) -> Option<Pfn> {
+        self.walk_pools(
+            &Request::new(node, node, size.order(), super::AllocFlags::empty()),
+            size,
+        )
+    }
+
+    /// Returns a huge page to its pool.
+    ///
+    /// # Errors
+    /// A [`FreeError`] if `pfn` is not a huge page of `size` handed out from a pool (a small
+    /// block, a page already in its pool, a foreign frame); the state is then unchanged.
+    pub fn free_huge(&self, pfn: Pfn, size: HugeSize) -> Result<(), FreeError> {
+        let s = self.layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
+        self.zone_of(&s).pool_put(pfn, size.order())
+    }
+
+    /// The page counts of `node`'s pool of `size`.
+    pub fn huge_counts(&self, node: NodeId, size: HugeSize) -> HugeCounts {
+        self.nodes
+            .get(node.index())
+            .map_or(HugeCounts::default(), |n| {
+                ZoneKind::ALL.iter().fold(HugeCounts::default(), |c, k| {
+                    let z = n.zone(*k).pool_counts(size.order());
+                    HugeCounts {
+                        total: c.total + z.total,
+                        free: c.free + z.free,
+                    }
+                })
+            })
+    }
+}

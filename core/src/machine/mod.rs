@@ -1,0 +1,161 @@
+//! A booted machine: its nodes, the layout that hot-add rewrites, the per-CPU caches, and the
+//! allocation and free paths over them.
+//!
+//! The machine's work is split by job: [`boot`](Machine::boot) lays memory out, `layout` holds
+//! the tables allocations read without a lock, `hotplug` adds memory at run time, `walk` is the
+//! zonelist walk every allocation takes, `free` returns blocks, `huge` serves the huge-page
+//! pools, `cpu` is the per-CPU entry points, and `check` the invariant walk.
+#![deny(unsafe_code)]
+
+mod boot;
+mod check;
+mod cpu;
+mod free;
+mod hotplug;
+mod huge;
+mod layout;
+mod walk;
+
+use bitflags::bitflags;
+
+use crate::addr::PhysRange;
+use crate::interleave::Weights;
+use crate::node::Node;
+use crate::percpu::{Caches, PcpConfig};
+use crate::stats::NumaStat;
+use crate::sync::RwLock;
+use crate::topology::{NodeId, NodeMask, Topology};
+use crate::zonelist::FallbackOptions;
+
+use self::layout::Layout;
+pub(crate) use self::walk::Request;
+
+bitflags! {
+    /// How an allocation may be satisfied (Linux's GFP and ALLOC flags that matter here).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct AllocFlags: u32 {
+        /// Only the preferred node, no fallback (`__GFP_THISNODE`).
+        const THISNODE = 1 << 0;
+        /// Only the `Dma32` zone (`GFP_DMA32`).
+        const DMA32 = 1 << 1;
+        /// May dip below the min watermark (`ALLOC_NO_WATERMARKS` for emergency reserves).
+        const RESERVE = 1 << 2;
+    }
+}
+
+/// Boot settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BootOptions<'c> {
+    /// The node of each CPU, by CPU index: each gets a page cache ([`crate::percpu`]).
+    pub cpus: &'c [NodeId],
+    /// Page-cache tuning.
+    pub pcp: PcpConfig,
+    /// How fallback orders are built.
+    pub fallback: FallbackOptions,
+    /// Memory kept free below the min watermark, machine-wide, in KiB; `None` takes Linux's
+    /// default (`sqrt(16 · total KiB)`, 128 KiB ..= 256 MiB), `Some(0)` turns watermarks off.
+    pub min_free_kbytes: Option<u64>,
+    /// Memory ranges that hot-add may add after boot.
+    pub hotplug_slots: usize,
+}
+
+impl Default for BootOptions<'_> {
+    fn default() -> Self {
+        Self {
+            cpus: &[],
+            pcp: PcpConfig::default(),
+            fallback: FallbackOptions::default(),
+            min_free_kbytes: None,
+            hotplug_slots: 16,
+        }
+    }
+}
+
+/// A range of physical memory on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryRange {
+    /// The node the memory belongs to.
+    pub node: NodeId,
+    /// The frames.
+    pub range: PhysRange,
+}
+
+/// A booted NUMA machine: the allocator.
+#[derive(Debug)]
+pub struct Machine<'a> {
+    topo: Topology<'a>,
+    nodes: &'a [Node],
+    layout: Layout<'a>,
+    weights: RwLock<Weights>,
+    min_free_kbytes: Option<u64>,
+    caches: Caches<'a>,
+}
+
+impl<'a> Machine<'a> {
+    /// The topology the machine was booted with.
+    pub fn topology(&self) -> &Topology<'a> {
+        &self.topo
+    }
+
+    /// A node's memory; `None` for a node outside the machine.
+    pub fn node(&self, node: NodeId) -> Option<&Node> {
+        self.nodes.get(node.index())
+    }
+
+    /// All nodes, by id.
+    pub fn nodes(&self) -> &[Node] {
+        self.nodes
+    }
+
+    /// Nodes that currently have memory.
+    pub fn memory_nodes(&self) -> NodeMask {
+        self.layout.memory_nodes()
+    }
+
+    /// Copies the fallback order of `node` into `out`; returns how many entries it wrote.
+    pub fn fallback_order(&self, node: NodeId, out: &mut [NodeId]) -> usize {
+        self.layout.copy_order(node, out)
+    }
+
+    /// Calls `f` with the boot-log line of each node, ascending
+    /// (`Fallback order for Node 3: 3 2 1 0`).
+    pub fn for_each_fallback_line(&self, mut f: impl FnMut(&dyn core::fmt::Display)) {
+        let staged = self.layout.stage();
+        for node in self.topo.node_ids() {
+            f(&staged.display(node));
+        }
+    }
+
+    /// The node owning `pfn`.
+    pub fn node_of(&self, pfn: crate::addr::Pfn) -> Option<NodeId> {
+        self.layout.find(pfn).map(|s| s.node)
+    }
+
+    /// numastat counters of `node`.
+    pub fn numastat(&self, node: NodeId) -> Option<NumaStat> {
+        let mut s = self.node(node)?.stats().snapshot();
+        self.caches.events(node, &mut s);
+        Some(s)
+    }
+
+    /// Replaces the weighted-interleave weight table, atomically with respect to running
+    /// allocations: each allocation sees the old table or the new one, never a mix.
+    pub fn set_weights(&self, weights: Weights) {
+        *self.weights.write() = weights;
+    }
+
+    /// A copy of the weighted-interleave weight table.
+    pub fn weights(&self) -> Weights {
+        self.weights.read().clone()
+    }
+
+    /// Runs `f` with the weight table held (shared) so it cannot change meanwhile.
+    pub(crate) fn with_weights<R>(&self, f: impl FnOnce(&Weights) -> R) -> R {
+        f(&self.weights.read())
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+//! Unit tests of the machine over mock memory: allocation, misuse, bulks, numastat,
+//! watermarks, hot-add, huge pools, the zonelist hint and boot checks.
+extern crate std;
+use std::vec::Vec;
+
+use super::{Machine, layout};
+use crate::test_util::{SparseMem, Spec, for_many_machines};
+use crate::zonelist::FallbackOptions;
+use crate::*;
+
+fn n(i: usize) -> NodeId {
+    NodeId::new(i)
+}
+
+fn snapshot(m: &Machine<'_>) -> Vec<(u64, [u64; crate::addr::NR_ORDERS])> {
+    m.nodes()
+        .iter()
+        .flat_map(|node| {
+            ZoneKind::ALL.map(|k| (node.zone(k).counters().free, node.zone(k).buddyinfo()))
+        })
+        .collect()
+}
+
+for_many_machines!(exhaust_and_refill, |m| {
+    let before = snapshot(&m);
+    let total: u64 = m.nodes().iter().map(Node::managed_pages).sum();
+    let mut got = Vec::new();
+    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+        got.push(p);
+    }
+    assert_eq!(
+        got.len() as u64,
+        total,
+        "every managed frame is handed out once"
+    );
+    let mut sorted = got.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), got.len(), "no frame twice");
+    m.check_invariants().unwrap();
+    for p in got.iter().rev() {
+        m.free(*p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+    assert_eq!(snapshot(&m), before, "frees merge back to the boot blocks");
+});
+
+for_many_machines!(misuse_is_typed_and_changes_nothing, |m| {
+    let p = m.alloc(n(0), Order::new(2), AllocFlags::empty()).unwrap();
+    let before = snapshot(&m);
+    assert_eq!(
+        m.free(p, Order::new(1)),
+        Err(FreeError::WrongOrder {
+            pfn: p,
+            given: Order::new(1),
+            allocated: Order::new(2)
+        })
+    );
+    assert_eq!(
+        m.free(Pfn::new(p.get() + 1), Order::ZERO),
+        Err(FreeError::NotAllocated {
+            pfn: Pfn::new(p.get() + 1)
+        })
+    );
+    assert_eq!(
+        m.free(Pfn::new(p.get() + 1), Order::new(2)),
+        Err(FreeError::Misaligned {
+            pfn: Pfn::new(p.get() + 1),
+            order: Order::new(2)
+        })
+    );
+    assert_eq!(
+        m.free(Pfn::new(1 << 40), Order::ZERO),
+        Err(FreeError::Foreign {
+            pfn: Pfn::new(1 << 40)
+        })
+    );
+    assert_eq!(snapshot(&m), before);
+    m.free(p, Order::new(2)).unwrap();
+    let after = snapshot(&m);
+    assert_eq!(
+        m.free(p, Order::new(2)),
+        Err(FreeError::DoubleFree { pfn: p })
+    );
+    assert_eq!(snapshot(&m), after);
+    m.check_invariants().unwrap();
+});
+
+for_many_machines!(bulk_round_trip, |m| {
+    let before = snapshot(&m);
+    let mut out = [Pfn::new(0); 300];
+    let got = m.alloc_bulk(n(0), AllocFlags::empty(), &mut out);
+    assert_eq!(got, 300);
+    m.check_invariants().unwrap();
+    let mut dup = out;
+    dup[299] = dup[5];
+    let mid = snapshot(&m);
+    assert_eq!(
+        m.free_bulk(&dup).unwrap_err(),
+        BulkFreeError {
+            index: 299,
+            error: FreeError::Duplicate { pfn: out[5] }
+        }
+    );
+    assert_eq!(snapshot(&m), mid, "a refused bulk free changes nothing");
+    m.free_bulk(&out).unwrap();
+    assert_eq!(snapshot(&m), before);
+    m.check_invariants().unwrap();
+});
+
+#[test]
+fn fallback_counts_numastat() {
+    let spec = Spec::uniform(2, 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut frames = Vec::new();
+    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+        frames.push(p);
+    }
+    let s0 = m.numastat(n(0)).unwrap();
+    let s1 = m.numastat(n(1)).unwrap();
+    let on0 = m.node(n(0)).unwrap().managed_pages();
+    let on1 = m.node(n(1)).unwrap().managed_pages();
+    assert_eq!(
+        (s0.numa_hit, s0.numa_foreign, s0.local_node),
+        (on0, on1, on0)
+    );
+    assert_eq!((s1.numa_miss, s1.other_node, s1.numa_hit), (on1, on1, 0));
+    assert!(
+        frames[..on0 as usize]
+            .iter()
+            .all(|p| m.node_of(*p) == Some(n(0))),
+        "local node first"
+    );
+    assert_eq!(m.alloc(n(0), Order::ZERO, AllocFlags::THISNODE), None);
+}
+
+#[test]
+fn watermarks_hold_back_memory_until_reserve() {
+    let spec = Spec::uniform(1, 4096, 0);
+    let mem = SparseMem::default();
+    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+    let m = Machine::boot(
+        topo,
+        &mem,
+        &spec.ranges,
+        BootOptions {
+            min_free_kbytes: Some(4 * 400),
+            ..BootOptions::default()
+        },
+    )
+    .unwrap();
+    let marks = m.node(n(0)).unwrap().zone(ZoneKind::Dma32).counters().marks;
+    assert!(marks.min > 0 && marks.low > marks.min);
+    let mut count = 0;
+    while m.alloc(n(0), Order::ZERO, AllocFlags::empty()).is_some() {
+        count += 1;
+    }
+    let free = m.node(n(0)).unwrap().free_pages();
+    assert_eq!(free, marks.min, "the second pass stops at min");
+    assert!(m.alloc(n(0), Order::ZERO, AllocFlags::RESERVE).is_some());
+    assert!(count > 0);
+}
+
+#[test]
+fn hot_add_joins_a_memoryless_node() {
+    let mut spec = Spec::uniform(3, 1024, 0);
+    spec.infos[2].has_memory = false;
+    spec.ranges.pop();
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut row = [NodeId::default(); 3];
+    assert_eq!(m.fallback_order(n(2), &mut row), 2);
+    assert_eq!(m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE), None);
+    let r = PhysRange::new(Pfn::new(1 << 21), Pfn::new((1 << 21) + 2048)).unwrap();
+    assert_eq!(
+        m.hot_add(&mem, n(5), r, FallbackOptions::default()),
+        Err(BootError::UnknownNode { node: n(5) })
+    );
+    let overlap = PhysRange::new(Pfn::new(1000), Pfn::new(3000)).unwrap();
+    assert_eq!(
+        m.hot_add(&mem, n(2), overlap, FallbackOptions::default()),
+        Err(BootError::Overlap {
+            start: Pfn::new(1000)
+        })
+    );
+    m.hot_add(&mem, n(2), r, FallbackOptions::default())
+        .unwrap();
+    assert_eq!(m.fallback_order(n(2), &mut row), 3);
+    assert_eq!(row[0], n(2));
+    assert_eq!(m.fallback_order(n(0), &mut row), 3);
+    let p = m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).unwrap();
+    assert_eq!(m.node_of(p), Some(n(2)));
+    m.free(p, Order::ZERO).unwrap();
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn huge_pools_reserve_hand_out_and_refuse_misuse() {
+    let spec = Spec::uniform(2, 4 * 512 + 600, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let before = snapshot(&m);
+    assert_eq!(
+        m.reserve_huge(n(1), HugeSize::Size2M, 10),
+        4,
+        "node 1 holds four aligned 2 MiB blocks"
+    );
+    assert_eq!(
+        m.huge_counts(n(1), HugeSize::Size2M),
+        HugeCounts { total: 4, free: 4 }
+    );
+    assert_eq!(m.reserve_huge(n(0), HugeSize::Size1G, 1), 0);
+    m.check_invariants().unwrap();
+    let p = m.alloc_huge(n(1), HugeSize::Size2M).unwrap();
+    assert_eq!(m.node_of(p), Some(n(1)));
+    assert_eq!(
+        m.huge_counts(n(1), HugeSize::Size2M),
+        HugeCounts { total: 4, free: 3 }
+    );
+    assert_eq!(
+        m.free(p, Order::HUGE_2M),
+        Err(FreeError::HugePage { pfn: p })
+    );
+    assert_eq!(
+        m.free_huge(Pfn::new(p.get() + 1), HugeSize::Size2M),
+        Err(FreeError::Misaligned {
+            pfn: Pfn::new(p.get() + 1),
+            order: Order::HUGE_2M
+        })
+    );
+    m.free_huge(p, HugeSize::Size2M).unwrap();
+    assert_eq!(
+        m.free_huge(p, HugeSize::Size2M),
+        Err(FreeError::DoubleFree { pfn: p })
+    );
+    let small = m.alloc(n(0), Order::HUGE_2M, AllocFlags::empty()).unwrap();
+    assert_eq!(
+        m.free_huge(small, HugeSize::Size2M),
+        Err(FreeError::NotAllocated { pfn: small })
+    );
+    m.free(small, Order::HUGE_2M).unwrap();
+    m.check_invariants().unwrap();
+    // Node 0's pool is empty: the walk falls back to node 1's pool.
+    let q = m.alloc_huge(n(0), HugeSize::Size2M).unwrap();
+    assert_eq!(m.node_of(q), Some(n(1)));
+    m.free_huge(q, HugeSize::Size2M).unwrap();
+    assert_eq!(m.release_huge(n(1), HugeSize::Size2M, 99), 4);
+    m.check_invariants().unwrap();
+    assert_eq!(snapshot(&m), before, "released pages merge back");
+}
+
+#[test]
+fn hint_skips_exhausted_prefix_but_never_fails_a_full_walk() {
+    let spec = Spec::uniform(4, 600, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut row = [NodeId::default(); 4];
+    assert_eq!(m.fallback_order(n(0), &mut row), 4);
+    // Exhaust the first three nodes of node 0's list for order 0.
+    let mut held = Vec::new();
+    for &node in &row[..3] {
+        while let Some(p) = m.alloc(node, Order::ZERO, AllocFlags::THISNODE) {
+            held.push(p);
+        }
+    }
+    let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+    assert_eq!(m.node_of(p), Some(row[3]));
+    let generation = layout::Layout::generation(m.layout.begin());
+    let start = m.node(n(0)).unwrap().hint(Order::ZERO).begin(generation);
+    assert_eq!(start, 3, "the hint skips the exhausted prefix");
+    // Memory returns to the nearest node: within HINT_BUDGET allocations the walk finds it.
+    let back = held
+        .iter()
+        .position(|p| m.node_of(*p) == Some(row[0]))
+        .unwrap();
+    m.free(held.swap_remove(back), Order::ZERO).unwrap();
+    let mut steps = 0;
+    loop {
+        let q = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        steps += 1;
+        if m.node_of(q) == Some(row[0]) {
+            break;
+        }
+        held.push(q);
+        assert!(
+            steps <= crate::node::HINT_BUDGET,
+            "a nearer zone was skipped for {steps} allocations"
+        );
+    }
+    // Exhaust the last node too: a hinted walk must still find memory in the prefix.
+    while let Some(q) = m.alloc(row[3], Order::ZERO, AllocFlags::THISNODE) {
+        held.push(q);
+    }
+    m.free(held.swap_remove(0), Order::ZERO).unwrap();
+    assert!(
+        m.alloc(n(0), Order::ZERO, AllocFlags::empty()).is_some(),
+        "the hint never makes a walk fail"
+    );
+    // Hints are per order: an order-5 failure leaves the order-0 hint alone.
+    assert!(m.alloc(n(0), Order::new(5), AllocFlags::empty()).is_none());
+}
+
+#[test]
+fn boot_rejects_bad_layouts() {
+    let mut spec = Spec::uniform(2, 1024, 0);
+    spec.ranges[1].range = PhysRange::new(Pfn::new(1000), spec.ranges[1].range.end()).unwrap();
+    let mem = SparseMem::default();
+    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+    assert_eq!(
+        Machine::boot(topo, &mem, &spec.ranges, BootOptions::default()).unwrap_err(),
+        BootError::Overlap {
+            start: Pfn::new(1000)
+        }
+    );
+    let spec = Spec::uniform(2, 1024, 0);
+    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+    assert_eq!(
+        Machine::boot(topo, &mem, &spec.ranges[..1], BootOptions::default()).unwrap_err(),
+        BootError::MemoryStateMismatch { node: n(1) }
+    );
+    let tiny = [
+        MemoryRange {
+            node: n(0),
+            range: PhysRange::new(Pfn::new(0), Pfn::new(1)).unwrap(),
+        },
+        spec.ranges[1],
+    ];
+    assert_eq!(
+        Machine::boot(topo, &mem, &tiny, BootOptions::default()).unwrap_err(),
+        BootError::BadRange { start: Pfn::new(0) }
+    );
+}

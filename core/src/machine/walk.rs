@@ -1,0 +1,296 @@
+//! The zonelist walk every allocation takes: the preferred node's fallback order (or the node
+//! alone with THISNODE), restricted to a filter, low watermark first, then min, then with
+//! RESERVE below min.
+#![deny(unsafe_code)]
+
+use super::layout::Layout;
+use super::{AllocFlags, Machine};
+use crate::addr::{Order, Pfn};
+use crate::node::{Mark, Zone, ZoneKind};
+use crate::stats::tally;
+use crate::topology::{NodeId, NodeMask};
+
+/// One allocation request: who asks, which node it prefers, and what it may use.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Request<'f> {
+    /// The node of the asking CPU (decides `local_node`/`other_node`).
+    pub(crate) cpu_node: NodeId,
+    /// The node whose zonelist the walk follows.
+    pub(crate) preferred: NodeId,
+    pub(crate) order: Order,
+    pub(crate) flags: AllocFlags,
+    /// Only nodes in this set (a bind policy's mask).
+    pub(crate) filter: Option<&'f NodeMask>,
+    /// An interleave picked `preferred` (counts `interleave_hit`).
+    pub(crate) interleave: bool,
+}
+
+impl<'f> Request<'f> {
+    /// A request preferring `preferred` on behalf of a CPU of `cpu_node`.
+    pub(crate) fn new(
+        cpu_node: NodeId,
+        preferred: NodeId,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Self {
+        Self {
+            cpu_node,
+            preferred,
+            order,
+            flags,
+            filter: None,
+            interleave: false,
+        }
+    }
+
+    /// The same request restricted to `filter`.
+    pub(crate) fn within(self, filter: &'f NodeMask) -> Self {
+        Self {
+            filter: Some(filter),
+            ..self
+        }
+    }
+
+    /// The same request on behalf of an interleave.
+    pub(crate) fn interleaved(self) -> Self {
+        Self {
+            interleave: true,
+            ..self
+        }
+    }
+
+    fn allows(&self, node: NodeId) -> bool {
+        self.filter.is_none_or(|f| f.contains(node))
+    }
+}
+
+/// The watermarks the passes of a walk keep, in order.
+pub(crate) fn marks(flags: AllocFlags) -> &'static [Mark] {
+    if flags.contains(AllocFlags::RESERVE) {
+        &[Mark::Low, Mark::Min, Mark::Reserve]
+    } else {
+        &[Mark::Low, Mark::Min]
+    }
+}
+
+/// The zones a walk tries on each node, highest first.
+pub(crate) fn zones(flags: AllocFlags) -> &'static [ZoneKind] {
+    if flags.contains(AllocFlags::DMA32) {
+        &[ZoneKind::Dma32]
+    } else {
+        &[ZoneKind::Normal, ZoneKind::Dma32]
+    }
+}
+
+impl<'a> Machine<'a> {
+    /// Allocates a block of `order`, preferring `node`, on behalf of a CPU of `node`.
+    #[must_use = "dropping the frame leaks it"]
+    pub fn alloc(&self, node: NodeId, order: Order, flags: AllocFlags) -> Option<Pfn> {
+        self.walk(&Request::new(node, node, order, flags))
+    }
+
+    /// Allocates a block of `order` preferring `preferred`, on behalf of a CPU of `cpu_node`
+    /// (which decides the `local_node`/`other_node` counters).
+    ///
+    /// Walks the preferred node's zonelist twice: keeping the low watermark, then the min
+    /// watermark; [`AllocFlags::RESERVE`] may use what is left below min.
+    #[must_use = "dropping the frame leaks it"]
+    pub fn alloc_from(
+        &self,
+        cpu_node: NodeId,
+        preferred: NodeId,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        self.walk(&Request::new(cpu_node, preferred, order, flags))
+    }
+
+    /// One block for `req` straight from the zones, counted in the node's numastat.
+    pub(crate) fn walk(&self, req: &Request<'_>) -> Option<Pfn> {
+        let (pfn, node) = self.walk_with(req, |_, zone, mark| zone.alloc(req.order, mark))?;
+        self.count(req, node, 1);
+        Some(pfn)
+    }
+
+    /// The walk shared by every single-block allocation; `take` tries one zone. The first pass
+    /// keeps the low watermark and starts past the hinted prefix, then retries that prefix; a
+    /// second keeps min, and with RESERVE a third goes below it. If everything fails while a
+    /// hot-add published new memory, the walk runs again; if it fails while per-CPU caches hold
+    /// frames this walk could use, they are drained and the walk runs once more, so cached
+    /// frames never make an allocation fail.
+    pub(crate) fn walk_with(
+        &self,
+        req: &Request<'_>,
+        mut take: impl FnMut(NodeId, &Zone, Mark) -> Option<Pfn>,
+    ) -> Option<(Pfn, NodeId)> {
+        if !self.topo.contains(req.preferred) {
+            return None;
+        }
+        let mut visited = NodeMask::EMPTY;
+        loop {
+            let seq = self.layout.begin();
+            if let Some(got) = self.walk_once(req, seq, &mut take, &mut visited) {
+                return Some(got);
+            }
+            if !self.layout.changed(seq) {
+                break;
+            }
+        }
+        let kinds = zones(req.flags);
+        self.caches
+            .under_pressure(
+                self.nodes,
+                |node, kind| visited.contains(node) && kinds.contains(&kind),
+                || {
+                    let seq = self.layout.begin();
+                    self.walk_once(req, seq, &mut take, &mut NodeMask::default())
+                },
+            )
+            .flatten()
+    }
+
+    /// One walk over the layout published as `seq`; `visited` collects the nodes it tried.
+    fn walk_once(
+        &self,
+        req: &Request<'_>,
+        seq: u64,
+        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Option<Pfn>,
+        visited: &mut NodeMask,
+    ) -> Option<(Pfn, NodeId)> {
+        let list = self
+            .layout
+            .list(req.preferred, req.flags.contains(AllocFlags::THISNODE));
+        // The hint only serves plain walks: a filter, THISNODE or DMA32 changes the list.
+        let hint = (req.filter.is_none()
+            && !req
+                .flags
+                .intersects(AllocFlags::THISNODE | AllocFlags::DMA32))
+        .then(|| self.nodes[req.preferred.index()].hint(req.order));
+        let generation = Layout::generation(seq);
+        let start = hint.map_or(0, |h| h.begin(generation)).min(list.len());
+        for &mark in marks(req.flags) {
+            // The first pass starts past the hinted prefix, then retries that prefix; later
+            // passes walk everything.
+            let skip = if mark == Mark::Low { start } else { 0 };
+            for i in (skip..list.len()).chain(0..skip) {
+                let Some(node) = list.get(i) else {
+                    continue;
+                };
+                if !req.allows(node) {
+                    continue;
+                }
+                visited.insert(node);
+                for &kind in zones(req.flags) {
+                    let zone = self.nodes[node.index()].zone(kind);
+                    // A zone without memory needs no lock to know it cannot serve.
+                    if !zone.has_memory() {
+                        continue;
+                    }
+                    if let Some(pfn) = take(node, zone, mark) {
+                        if let (Some(h), Mark::Low) = (hint, mark) {
+                            h.record(generation, start, i);
+                        }
+                        return Some((pfn, node));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Counts one allocation of `n` pages on `got` in the node counters.
+    pub(super) fn count(&self, req: &Request<'_>, got: NodeId, n: u64) {
+        tally(
+            req.cpu_node,
+            req.preferred,
+            got,
+            n,
+            req.interleave,
+            |node, event, n| {
+                if let Some(x) = self.nodes.get(node.index()) {
+                    x.stats().add(event, n);
+                }
+            },
+        );
+    }
+
+    /// Fills `out` with order-0 frames preferring `node`, walking its zonelist and taking each
+    /// zone's lock once per pass. Returns how many frames it placed (short only when memory
+    /// runs out).
+    #[must_use = "the frames placed in `out` must be freed"]
+    pub fn alloc_bulk(&self, node: NodeId, flags: AllocFlags, out: &mut [Pfn]) -> usize {
+        self.bulk_walk(&Request::new(node, node, Order::ZERO, flags), out)
+    }
+
+    /// [`Machine::alloc_bulk`] on behalf of a CPU of `cpu_node`.
+    #[must_use = "the frames placed in `out` must be freed"]
+    pub fn alloc_bulk_from(
+        &self,
+        cpu_node: NodeId,
+        node: NodeId,
+        flags: AllocFlags,
+        out: &mut [Pfn],
+    ) -> usize {
+        self.bulk_walk(&Request::new(cpu_node, node, Order::ZERO, flags), out)
+    }
+
+    /// One node bulk: the walk of [`Machine::walk`] for order-0 frames, one zone lock per zone
+    /// and pass. A short bulk walks again after a hot-add and after draining the caches it
+    /// could use, as the single walk does.
+    pub(crate) fn bulk_walk(&self, req: &Request<'_>, out: &mut [Pfn]) -> usize {
+        if !self.topo.contains(req.preferred) {
+            return 0;
+        }
+        let mut visited = NodeMask::EMPTY;
+        let mut done = 0;
+        loop {
+            let seq = self.layout.begin();
+            done += self.bulk_once(req, &mut out[done..], &mut visited);
+            if done == out.len() || !self.layout.changed(seq) {
+                break;
+            }
+        }
+        if done < out.len() {
+            let kinds = zones(req.flags);
+            done += self
+                .caches
+                .under_pressure(
+                    self.nodes,
+                    |node, kind| visited.contains(node) && kinds.contains(&kind),
+                    || self.bulk_once(req, &mut out[done..], &mut NodeMask::default()),
+                )
+                .unwrap_or(0);
+        }
+        done
+    }
+
+    fn bulk_once(&self, req: &Request<'_>, out: &mut [Pfn], visited: &mut NodeMask) -> usize {
+        let list = self
+            .layout
+            .list(req.preferred, req.flags.contains(AllocFlags::THISNODE));
+        let mut done = 0;
+        for &mark in marks(req.flags) {
+            for node in (0..list.len()).filter_map(|i| list.get(i)) {
+                if !req.allows(node) {
+                    continue;
+                }
+                visited.insert(node);
+                for &kind in zones(req.flags) {
+                    if done == out.len() {
+                        return done;
+                    }
+                    let zone = self.nodes[node.index()].zone(kind);
+                    if !zone.has_memory() {
+                        continue;
+                    }
+                    let got = zone.alloc_bulk(&mut out[done..], mark, 0);
+                    if got > 0 {
+                        self.count(req, node, got as u64);
+                    }
+                    done += got;
+                }
+            }
+        }
+        done
+    }
+}
