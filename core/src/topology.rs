@@ -144,6 +144,29 @@ impl NodeMask {
             word = self.0[w];
         }
     }
+    /// How many nodes of the set are below `node`: the position `node` has, or would have, in
+    /// [`NodeMask::iter`].
+    pub fn rank(&self, node: NodeId) -> usize {
+        let (w, b) = (node.index() / 64, node.index() % 64);
+        let below: usize = self.0[..w].iter().map(|x| x.count_ones() as usize).sum();
+        below + (self.0[w] & ((1u64 << b) - 1)).count_ones() as usize
+    }
+    /// The `k`-th node of the set in ascending order, counting from 0, or `None` if the set has
+    /// `k` nodes or fewer. The inverse of [`NodeMask::rank`] on the set's nodes.
+    pub fn nth(&self, mut k: usize) -> Option<NodeId> {
+        for (w, &word) in self.0.iter().enumerate() {
+            let ones = word.count_ones() as usize;
+            if k < ones {
+                let mut x = word;
+                for _ in 0..k {
+                    x &= x - 1;
+                }
+                return Some(NodeId((w * 64 + x.trailing_zeros() as usize) as u16));
+            }
+            k -= ones;
+        }
+        None
+    }
     /// The next node in the set after `node`, wrapping around (Linux's `next_node_in`).
     /// `None` only if the set is empty.
     pub fn next_after_wrapping(&self, node: NodeId) -> Option<NodeId> {
@@ -420,6 +443,24 @@ mod tests {
         assert!(m.remove(NodeId::new(64)));
         assert_eq!(NodeMask::EMPTY.next_after_wrapping(NodeId::new(0)), None);
         assert_eq!(NodeMask::first_n(MAX_NODES + 5).count(), MAX_NODES);
+    }
+
+    #[test]
+    fn mask_rank_and_nth() {
+        let s = NodeMask::from_nodes([0, 3, 63, 64, 200, 1023].map(NodeId::new));
+        assert_eq!(s.nth(0), Some(NodeId::new(0)));
+        assert_eq!(s.nth(3), Some(NodeId::new(64)));
+        assert_eq!(s.nth(5), Some(NodeId::new(1023)));
+        assert_eq!(s.nth(6), None);
+        assert_eq!(s.rank(NodeId::new(0)), 0);
+        assert_eq!(s.rank(NodeId::new(64)), 3);
+        assert_eq!(s.rank(NodeId::new(65)), 4);
+        assert_eq!(s.rank(NodeId::new(1023)), 5);
+        for (k, node) in s.iter().enumerate() {
+            assert_eq!((s.rank(node), s.nth(k)), (k, Some(node)));
+        }
+        assert_eq!(NodeMask::EMPTY.nth(0), None);
+        assert_eq!(NodeMask::EMPTY.rank(NodeId::new(1023)), 0);
     }
 
     #[test]

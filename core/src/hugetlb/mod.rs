@@ -112,7 +112,7 @@ use self::cmdline::{CmdlineError, HugepageConfig, NodeCount, PoolRequest, format
 use crate::addr::HugeSize;
 use crate::machine::Machine;
 use crate::sync::{AtomicUsize, Ordering};
-use crate::topology::{MAX_NODES, NodeId};
+use crate::topology::{NodeId, NodeMask};
 
 /// The most pages one [`HugeJob`] asks for, unless [`ReservationPlan::with_chunk_pages`] says
 /// otherwise.
@@ -131,59 +131,6 @@ pub const DEFAULT_CHUNK_PAGES: u64 = 1024;
 /// The order in which sizes are reserved: gigantic pages first.
 const RESERVE_ORDER: [HugeSize; 2] = [HugeSize::Size1G, HugeSize::Size2M];
 
-const WORDS: usize = MAX_NODES / 64;
-
-/// A set of nodes with rank and select, for indexing jobs without a heap.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Nodes([u64; WORDS]);
-
-impl Nodes {
-    const EMPTY: Nodes = Nodes([0; WORDS]);
-
-    fn insert(&mut self, node: NodeId) {
-        self.0[node.index() / 64] |= 1 << (node.index() % 64);
-    }
-    fn remove(&mut self, node: NodeId) {
-        self.0[node.index() / 64] &= !(1 << (node.index() % 64));
-    }
-    fn contains(&self, node: NodeId) -> bool {
-        self.0[node.index() / 64] & (1 << (node.index() % 64)) != 0
-    }
-    fn count(&self) -> usize {
-        self.0.iter().map(|w| w.count_ones() as usize).sum()
-    }
-    /// How many nodes of the set are below `node`.
-    fn rank(&self, node: NodeId) -> usize {
-        let (w, b) = (node.index() / 64, node.index() % 64);
-        let below: usize = self.0[..w].iter().map(|x| x.count_ones() as usize).sum();
-        below + (self.0[w] & ((1u64 << b) - 1)).count_ones() as usize
-    }
-    /// The `k`-th node of the set, ascending, from 0.
-    fn select(&self, mut k: usize) -> Option<NodeId> {
-        for (w, &word) in self.0.iter().enumerate() {
-            let ones = word.count_ones() as usize;
-            if k < ones {
-                let mut x = word;
-                for _ in 0..k {
-                    x &= x - 1;
-                }
-                return NodeId::try_new(w * 64 + x.trailing_zeros() as usize);
-            }
-            k -= ones;
-        }
-        None
-    }
-    fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
-        (0..self.count()).filter_map(|k| self.select(k))
-    }
-}
-
-impl fmt::Debug for Nodes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.iter()).finish()
-    }
-}
-
 /// Pages the `rank`-th node of a spread is filled to: `level`, one more for the first `extra`
 /// nodes, at most `clamp`.
 fn spread_target(level: u64, extra: usize, rank: usize, clamp: u64) -> u64 {
@@ -197,17 +144,22 @@ fn spread_target(level: u64, extra: usize, rank: usize, clamp: u64) -> u64 {
 #[derive(Clone, Copy, Debug)]
 struct Spread {
     requested: u64,
-    active: Nodes,
+    active: NodeMask,
     level: u64,
     extra: usize,
     /// The previous round's `(active, level, extra)`, whose targets the active nodes reached;
     /// `None` in the first round, when every node starts from 0.
-    prev: Option<(Nodes, u64, usize)>,
+    prev: Option<(NodeMask, u64, usize)>,
 }
 
 impl Spread {
     /// A round that spreads what `requested` leaves after `kept` over `active`.
-    fn new(requested: u64, kept: u64, active: Nodes, prev: Option<(Nodes, u64, usize)>) -> Self {
+    fn new(
+        requested: u64,
+        kept: u64,
+        active: NodeMask,
+        prev: Option<(NodeMask, u64, usize)>,
+    ) -> Self {
         let left = requested.saturating_sub(kept);
         let m = active.count().max(1) as u64;
         Spread {
@@ -289,7 +241,7 @@ impl<'c> Round<'c> {
                 entries.get(t).map(|e| (e.node, e.count.min(self.clamp)))
             }
             RoundKind::Balanced(s) => {
-                let node = s.active.select(t)?;
+                let node = s.active.nth(t)?;
                 let now = spread_target(s.level, s.extra, t, self.clamp);
                 let before = s.prev.map_or(0, |(active, level, extra)| {
                     spread_target(level, extra, active.rank(node), self.clamp)
@@ -327,7 +279,7 @@ pub struct ReservationPlan<'c> {
     config: &'c HugepageConfig,
     chunk: u64,
     /// The nodes with memory when the plan was made.
-    memory: Nodes,
+    memory: NodeMask,
     /// Per size, indexed like [`RESERVE_ORDER`]: see [`Round::clamp`].
     clamp: [u64; 2],
     /// How many sizes of [`RESERVE_ORDER`] have been started.
@@ -357,10 +309,7 @@ impl<'c> ReservationPlan<'c> {
         chunk_pages: u64,
     ) -> Result<Self, CmdlineError> {
         config.validate_nodes(machine.topology().len())?;
-        let mut memory = Nodes::EMPTY;
-        for node in machine.memory_nodes().iter() {
-            memory.insert(node);
-        }
+        let memory = machine.memory_nodes();
         let clamp = RESERVE_ORDER.map(|size| {
             let shift = size.order().get();
             let most = machine
@@ -904,29 +853,6 @@ mod tests {
             }
             break;
         }
-    }
-
-    #[test]
-    fn nodes_rank_and_select() {
-        let mut s = Nodes::EMPTY;
-        for i in [0, 3, 63, 64, 200, 1023] {
-            s.insert(n(i));
-        }
-        assert_eq!(s.count(), 6);
-        assert_eq!(s.select(0), Some(n(0)));
-        assert_eq!(s.select(3), Some(n(64)));
-        assert_eq!(s.select(5), Some(n(1023)));
-        assert_eq!(s.select(6), None);
-        assert_eq!(s.rank(n(64)), 3);
-        assert_eq!(s.rank(n(65)), 4);
-        assert_eq!(s.rank(n(1023)), 5);
-        assert_eq!(s.rank(n(0)), 0);
-        assert_eq!(
-            s.iter().map(NodeId::index).collect::<Vec<_>>(),
-            [0, 3, 63, 64, 200, 1023]
-        );
-        s.remove(n(63));
-        assert!(!s.contains(n(63)) && s.contains(n(64)));
     }
 
     #[test]
