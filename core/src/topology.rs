@@ -6,8 +6,6 @@
 
 use core::fmt;
 
-use crate::error::TopologyError;
-
 /// The largest number of nodes numaframe handles (Linux's `CONFIG_NODES_SHIFT=10`).
 pub const MAX_NODES: usize = 1024;
 /// SLIT distance of a node to itself.
@@ -244,6 +242,83 @@ pub struct NodeInfo {
     /// Memory bandwidth of the node in GB/s, the input to automatic interleave weights.
     pub bandwidth_gbps: Option<u32>,
 }
+
+/// A topology table breaks a rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum TopologyError {
+    /// The topology has no node.
+    NoNodes,
+    /// More than [`MAX_NODES`] nodes.
+    TooManyNodes {
+        /// Number of nodes given.
+        nodes: usize,
+    },
+    /// The distance table is not `nodes × nodes`.
+    DistanceTableSize {
+        /// Number of nodes.
+        nodes: usize,
+        /// Number of distance entries given.
+        entries: usize,
+    },
+    /// A distance breaks the SLIT rules (10 on the diagonal, 10..=255 elsewhere).
+    BadDistance {
+        /// Row.
+        from: NodeId,
+        /// Column.
+        to: NodeId,
+        /// The offending value.
+        distance: u8,
+    },
+    /// A node with CPUs names an initiator.
+    InitiatorOnCpuNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// An initiator that does not exist or has no CPUs.
+    BadInitiator {
+        /// The CPU-less node.
+        node: NodeId,
+        /// The initiator it names.
+        initiator: NodeId,
+    },
+}
+
+impl fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            TopologyError::NoNodes => write!(f, "topology has no nodes"),
+            TopologyError::TooManyNodes { nodes } => {
+                write!(f, "{nodes} nodes, at most 1024 supported")
+            }
+            TopologyError::DistanceTableSize { nodes, entries } => {
+                write!(
+                    f,
+                    "distance table has {entries} entries, {nodes} nodes need {}",
+                    nodes * nodes
+                )
+            }
+            TopologyError::BadDistance { from, to, distance } => {
+                write!(
+                    f,
+                    "distance {from}->{to} is {distance}: SLIT needs 10 on the diagonal and 10..=255 elsewhere"
+                )
+            }
+            TopologyError::InitiatorOnCpuNode { node } => {
+                write!(f, "node {node} has CPUs but names an initiator")
+            }
+            TopologyError::BadInitiator { node, initiator } => {
+                write!(
+                    f,
+                    "node {node} names initiator {initiator}, which is not a node with CPUs"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for TopologyError {}
 
 /// A validated NUMA topology borrowed from caller-owned tables.
 ///

@@ -2,9 +2,8 @@
 //! what else it found ([`FdtInfo`]).
 #![deny(unsafe_code)]
 
-use crate::error::TopologyError;
 use crate::machine::MemoryRange;
-use crate::topology::{NodeId, NodeInfo, Topology};
+use crate::topology::{NodeId, NodeInfo, Topology, TopologyError};
 
 /// Caller-provided storage that [`parse`](super::parse) fills: the distance table, node
 /// descriptions, memory ranges and the node of each CPU.
