@@ -243,6 +243,19 @@ pub struct NodeInfo {
     pub bandwidth_gbps: Option<u32>,
 }
 
+/// `true` if `distance` from `from` to `to` follows the SLIT rules Linux enforces:
+/// [`LOCAL_DISTANCE`] from a node to itself and more than that to any other node. Linux rejects a
+/// whole table that breaks them (ACPI's `slit_valid` and `numa_set_distance`, and the device
+/// tree's distance map in `of_numa`), and numaframe checks every table it is given, from any
+/// source, with this one rule.
+pub fn valid_distance(from: NodeId, to: NodeId, distance: u8) -> bool {
+    if from == to {
+        distance == LOCAL_DISTANCE
+    } else {
+        distance > LOCAL_DISTANCE
+    }
+}
+
 /// A topology table breaks a rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -262,7 +275,8 @@ pub enum TopologyError {
         /// Number of distance entries given.
         entries: usize,
     },
-    /// A distance breaks the SLIT rules (10 on the diagonal, 10..=255 elsewhere).
+    /// A distance breaks the SLIT rules as Linux enforces them (10 on the diagonal, 11..=255
+    /// elsewhere); see [`valid_distance`].
     BadDistance {
         /// Row.
         from: NodeId,
@@ -302,7 +316,7 @@ impl fmt::Display for TopologyError {
             TopologyError::BadDistance { from, to, distance } => {
                 write!(
                     f,
-                    "distance {from}->{to} is {distance}: SLIT needs 10 on the diagonal and 10..=255 elsewhere"
+                    "distance {from}->{to} is {distance}: SLIT needs 10 on the diagonal and 11..=255 elsewhere"
                 )
             }
             TopologyError::InitiatorOnCpuNode { node } => {
@@ -324,7 +338,8 @@ impl core::error::Error for TopologyError {}
 ///
 /// Invariants (checked by [`Topology::new`]):
 /// - `1 <= nodes.len() <= MAX_NODES` and `distances.len() == nodes.len()^2`;
-/// - the diagonal is [`LOCAL_DISTANCE`], other entries are `10..=254` or [`UNREACHABLE`];
+/// - every distance passes [`valid_distance`]: [`LOCAL_DISTANCE`] on the diagonal, more than
+///   that elsewhere;
 /// - an initiator names an existing node with CPUs, and only CPU-less nodes have one.
 #[derive(Clone, Copy, Debug)]
 pub struct Topology<'a> {
@@ -354,15 +369,11 @@ impl<'a> Topology<'a> {
         }
         for (i, row) in distances.chunks_exact(n).enumerate() {
             for (j, &d) in row.iter().enumerate() {
-                let ok = if i == j {
-                    d == LOCAL_DISTANCE
-                } else {
-                    d >= LOCAL_DISTANCE
-                };
-                if !ok {
+                let (from, to) = (NodeId(i as u16), NodeId(j as u16));
+                if !valid_distance(from, to, d) {
                     return Err(TopologyError::BadDistance {
-                        from: NodeId(i as u16),
-                        to: NodeId(j as u16),
+                        from,
+                        to,
                         distance: d,
                     });
                 }
@@ -557,6 +568,16 @@ mod tests {
             Topology::new(&[10, 9, 20, 10], &nodes),
             Err(TopologyError::BadDistance { distance: 9, .. })
         ));
+        // Linux rejects a remote distance of 10 or less, and so does numaframe.
+        assert_eq!(
+            Topology::new(&[10, 20, 10, 10], &nodes).unwrap_err(),
+            TopologyError::BadDistance {
+                from: NodeId::new(1),
+                to: NodeId::new(0),
+                distance: 10
+            }
+        );
+        assert!(Topology::new(&[10, 11, 255, 10], &nodes).is_ok());
         assert_eq!(Topology::new(&[], &[]).unwrap_err(), TopologyError::NoNodes);
         let bad_init = [
             info(true),

@@ -171,8 +171,9 @@ pub mod topologies {
         }
     }
 
-    /// Off-diagonal distances few enough to make ties common, 255 (unreachable) included.
-    pub const DISTANCES: [u8; 8] = [10, 11, 12, 16, 20, 21, 32, 255];
+    /// Off-diagonal distances few enough to make ties common, 255 (unreachable) included. All
+    /// are above 10: Linux rejects a table with a remote distance of 10 or less.
+    pub const DISTANCES: [u8; 7] = [11, 12, 16, 20, 21, 32, 255];
 
     /// `n` nodes with distances drawn from [`DISTANCES`] (a symmetric table if `symmetric`),
     /// CPUs on about 70 % and memory on about 85 % of the nodes, at least one with memory.

@@ -10,6 +10,7 @@
 use numaframe::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
 use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeInfo, Order, PhysAddr, PhysRange};
 use numaframe::{NodeMask, Topology};
+use numaframe_hosted::presets::preset;
 use numaframe_hosted::sim::{Sim, SimMemory};
 use numaframe_hosted::spec::{MachineSpec, NodeSpec};
 use numaframe_tests::oracle::{Tables, build_all_zonelists};
@@ -299,6 +300,31 @@ fn a_1024_node_machine_equals_the_oracle() {
         build_all_zonelists(&sockets, true),
         "64 sockets x 16 nodes, linux_boot_order"
     );
+}
+
+#[test]
+fn fake_64_has_the_orders_of_numa_fake() {
+    // Linux's `numa=fake=64` has 10 everywhere. numaframe refuses a remote distance of 10, so the
+    // preset uses 11; the oracle, which takes any table, shows that the orders are Linux's.
+    let spec = preset("fake-64").expect("preset");
+    let infos = spec.node_infos();
+    let n = infos.len();
+    let numa_fake = Tables {
+        distances: vec![10; n * n],
+        has_cpus: infos.iter().map(|i| i.has_cpus).collect(),
+        has_memory: infos.iter().map(|i| i.has_memory).collect(),
+    };
+    for opts in [DEFAULT, BOOT_ORDER] {
+        let orders: Vec<Vec<usize>> = spec
+            .fallback_orders(opts)
+            .iter()
+            .map(|r| r.iter().map(|id| id.index()).collect())
+            .collect();
+        assert_eq!(
+            orders,
+            build_all_zonelists(&numa_fake, opts.linux_boot_order)
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

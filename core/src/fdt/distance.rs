@@ -5,7 +5,7 @@
 
 use super::error::FdtError;
 use super::value::{be32, offset_in};
-use crate::topology::{LOCAL_DISTANCE, NodeId};
+use crate::topology::{LOCAL_DISTANCE, NodeId, valid_distance};
 
 /// Linux's default distance between two different nodes (`REMOTE_DISTANCE`).
 pub const REMOTE_DISTANCE: u8 = 20;
@@ -73,20 +73,18 @@ fn for_each_triple(
             NodeId::try_new(id as usize).ok_or(FdtError::NodeIdOutOfRange { at: at + off, id })
         };
         let (from, to) = (id(a, 0)?, id(b, 4)?);
-        let ok = if a == b {
-            d == u32::from(LOCAL_DISTANCE)
-        } else {
-            d > u32::from(LOCAL_DISTANCE) && d <= 255
-        };
-        if !ok {
+        let valid = u8::try_from(d)
+            .ok()
+            .filter(|&v| valid_distance(from, to, v));
+        let Some(distance) = valid else {
             return Err(FdtError::BadDistance {
                 at,
                 from: a,
                 to: b,
                 distance: d,
             });
-        }
-        f(from, to, d as u8);
+        };
+        f(from, to, distance);
     }
     Ok(())
 }
@@ -95,6 +93,7 @@ fn for_each_triple(
 mod tests {
     use super::super::test_tree::{G, Out, error_of, machine};
     use super::super::{FdtError, parse};
+    use crate::topology::{NodeInfo, Topology};
 
     #[test]
     fn one_sided_matrix_is_mirrored_and_later_entries_win() {
@@ -134,5 +133,28 @@ mod tests {
             )),
             FdtError::BadDistance { distance: 300, .. }
         ));
+    }
+
+    #[test]
+    fn the_map_is_checked_as_topology_new_checks_a_table() {
+        let nodes = [NodeInfo::default(); 2];
+        for d in 0..=256u32 {
+            for (a, b) in [(0, 1), (1, 1)] {
+                let dtb = machine(
+                    &[(Some(0), G, G), (Some(1), 2 * G, G)],
+                    &[],
+                    Some(&[(a, b, d)]),
+                    None,
+                );
+                let mut o = Out::new(2, 2, 0);
+                let fdt_ok = parse(&dtb, &mut o.topo()).is_ok();
+                let table = u8::try_from(d).ok().map(|d| match (a, b) {
+                    (0, 1) => [10, d, d, 10],
+                    _ => [10, 20, 20, d],
+                });
+                let topology_ok = table.is_some_and(|t| Topology::new(&t, &nodes).is_ok());
+                assert_eq!(fdt_ok, topology_ok, "({a}, {b}, {d})");
+            }
+        }
     }
 }
