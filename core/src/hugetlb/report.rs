@@ -166,6 +166,7 @@ impl Iterator for ReportLines<'_, '_> {
 /// One boot line about the pools, shown as Linux's `mm/hugetlb.c` prints it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum ReportLine {
     /// A node of the node form could not hold its count:
     /// `HugeTLB: allocating 64 of page size 1.00 GiB failed node1.  Only allocated 60 hugepages.`
