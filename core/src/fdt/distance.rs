@@ -16,8 +16,8 @@ pub const REMOTE_DISTANCE: u8 = 20;
 /// As [`fill`], which it checks the same way.
 pub(super) fn max_node(dtb: &[u8], matrix: &[u8]) -> Result<usize, FdtError> {
     let mut max = 0;
-    for_each_triple(dtb, matrix, |a, b, _| {
-        max = max.max(a.index()).max(b.index());
+    for_each_triple(dtb, matrix, |t| {
+        max = max.max(t.from.index()).max(t.to.index());
     })?;
     Ok(max)
 }
@@ -44,22 +44,25 @@ pub(super) fn fill(
     let Some(m) = matrix else {
         return Ok(());
     };
-    for_each_triple(dtb, m, |a, b, d| {
-        let (a, b) = (a.index(), b.index());
-        dist[a * n + b] = d;
+    for_each_triple(dtb, m, |t| {
+        let (a, b) = (t.from.index(), t.to.index());
+        dist[a * n + b] = t.distance;
         if b > a {
-            dist[b * n + a] = d;
+            dist[b * n + a] = t.distance;
         }
     })
 }
 
-/// Calls `f(from, to, distance)` for each triple of a `distance-matrix`, stopping at the first
-/// bad one.
-fn for_each_triple(
-    dtb: &[u8],
-    m: &[u8],
-    mut f: impl FnMut(NodeId, NodeId, u8),
-) -> Result<(), FdtError> {
+/// One `(from, to, distance)` entry of a `distance-matrix`, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Triple {
+    from: NodeId,
+    to: NodeId,
+    distance: u8,
+}
+
+/// Calls `f` with each triple of a `distance-matrix`, stopping at the first bad one.
+fn for_each_triple(dtb: &[u8], m: &[u8], mut f: impl FnMut(Triple)) -> Result<(), FdtError> {
     if m.is_empty() || !m.len().is_multiple_of(12) {
         return Err(FdtError::BadProperty {
             at: offset_in(dtb, m),
@@ -84,7 +87,7 @@ fn for_each_triple(
                 distance: d,
             });
         };
-        f(from, to, distance);
+        f(Triple { from, to, distance });
     }
     Ok(())
 }

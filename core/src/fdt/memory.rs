@@ -4,7 +4,7 @@
 
 use super::error::FdtError;
 use super::tree::{Props, Visit};
-use super::value;
+use super::value::{self, Cells};
 use crate::addr::{PAGE_SIZE, PhysAddr, PhysRange};
 use crate::topology::NodeId;
 
@@ -19,15 +19,17 @@ pub(super) fn for_each_range(
     dtb: &[u8],
     v: &Visit<'_>,
     p: &Props<'_>,
-    cells: (u32, u32),
+    cells: Cells,
     mut f: impl FnMut(PhysRange),
 ) -> Result<(), FdtError> {
     let reg = p.reg.ok_or(FdtError::BadProperty { at: v.at, len: 0 })?;
-    value::reg(dtb, reg, cells, |at, base, size| {
-        let end = base
-            .checked_add(size)
-            .ok_or(FdtError::BadRange { at, base, size })?;
-        if let Some(range) = whole_frames(base, end) {
+    value::reg(dtb, reg, cells, |e| {
+        let end = e.base.checked_add(e.size).ok_or(FdtError::BadRange {
+            at: e.at,
+            base: e.base,
+            size: e.size,
+        })?;
+        if let Some(range) = whole_frames(e.base, end) {
             f(range);
         }
         Ok(())

@@ -5,7 +5,8 @@
 use super::error::{FdtError, Table};
 use super::output::{FdtInfo, FdtTopology};
 use super::tree::Tree;
-use super::{cpus, distance, memory, value};
+use super::value::{self, Cells};
+use super::{cpus, distance, memory};
 use crate::machine::MemoryRange;
 use crate::topology::{NodeId, NodeInfo};
 
@@ -22,10 +23,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     let tree = Tree::open(dtb)?;
     let root = tree.root();
     let rp = tree.props(&root)?;
-    let cells = (
-        value::cells(dtb, rp.address_cells, 2)?,
-        value::cells(dtb, rp.size_cells, 1)?,
-    );
+    let cells = Cells::read(dtb, rp.address_cells, rp.size_cells)?;
 
     let mut max_id = 0usize;
     let mut numa = false;

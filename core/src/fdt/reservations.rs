@@ -4,7 +4,7 @@
 
 use super::error::{Block, FdtError};
 use super::tree::Tree;
-use super::value::{self, be64};
+use super::value::{self, Cells, be64};
 use crate::addr::PhysAddr;
 
 /// Calls `f` with each memory reservation of `dtb`: the header's reservation block
@@ -40,15 +40,12 @@ pub fn for_each_reservation(dtb: &[u8], mut f: impl FnMut(PhysAddr, u64)) -> Res
             return Ok(());
         }
         let p = tree.props(&child)?;
-        let cells = (
-            value::cells(dtb, p.address_cells, 2)?,
-            value::cells(dtb, p.size_cells, 1)?,
-        );
+        let cells = Cells::read(dtb, p.address_cells, p.size_cells)?;
         tree.children(&child, |region| {
             let rp = tree.props(&region)?;
             if let (Some(reg), true) = (rp.reg, value::available(rp.status)) {
-                value::reg(dtb, reg, cells, |_, base, size| {
-                    f(PhysAddr::new(base), size);
+                value::reg(dtb, reg, cells, |e| {
+                    f(PhysAddr::new(e.base), e.size);
                     Ok(())
                 })?;
             }

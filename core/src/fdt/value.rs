@@ -28,8 +28,32 @@ fn bad_property(dtb: &[u8], value: &[u8]) -> FdtError {
     }
 }
 
+/// `#address-cells` and `#size-cells` of a node: how `reg` values of its children are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Cells {
+    /// Cells in an address, 1 or 2.
+    pub(super) address: u32,
+    /// Cells in a size, 1 or 2.
+    pub(super) size: u32,
+}
+
+impl Cells {
+    /// The cells the two values give, or for one absent the devicetree specification's default
+    /// (2 address cells, 1 size cell).
+    pub(super) fn read(
+        dtb: &[u8],
+        address_cells: Option<&[u8]>,
+        size_cells: Option<&[u8]>,
+    ) -> Result<Cells, FdtError> {
+        Ok(Cells {
+            address: cell_count(dtb, address_cells, 2)?,
+            size: cell_count(dtb, size_cells, 1)?,
+        })
+    }
+}
+
 /// A `#address-cells` or `#size-cells` value (1 or 2), or `default` without one.
-pub(super) fn cells(dtb: &[u8], value: Option<&[u8]>, default: u32) -> Result<u32, FdtError> {
+fn cell_count(dtb: &[u8], value: Option<&[u8]>, default: u32) -> Result<u32, FdtError> {
     let Some(v) = value else {
         return Ok(default);
     };
@@ -68,15 +92,25 @@ pub(super) fn node_id(dtb: &[u8], value: &[u8]) -> Result<NodeId, FdtError> {
     })
 }
 
-/// Calls `f(offset, base, size)` for each `(address, size)` entry of a `reg` value whose
-/// entries have `ac` address and `sc` size cells.
+/// One `(address, size)` entry of a `reg` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RegEntry {
+    /// Offset of the entry in the tree.
+    pub(super) at: usize,
+    /// The address.
+    pub(super) base: u64,
+    /// The size in bytes.
+    pub(super) size: u64,
+}
+
+/// Calls `f` with each entry of a `reg` value laid out in `cells`.
 pub(super) fn reg(
     dtb: &[u8],
     value: &[u8],
-    (ac, sc): (u32, u32),
-    mut f: impl FnMut(usize, u64, u64) -> Result<(), FdtError>,
+    cells: Cells,
+    mut f: impl FnMut(RegEntry) -> Result<(), FdtError>,
 ) -> Result<(), FdtError> {
-    let entry = ((ac + sc) * 4) as usize;
+    let entry = ((cells.address + cells.size) * 4) as usize;
     if value.is_empty() || !value.len().is_multiple_of(entry) {
         return Err(bad_property(dtb, value));
     }
@@ -88,9 +122,11 @@ pub(super) fn reg(
         }
     };
     for e in value.chunks_exact(entry) {
-        let base = read(e, 0, ac);
-        let size = read(e, (ac * 4) as usize, sc);
-        f(offset_in(dtb, e), base, size)?;
+        f(RegEntry {
+            at: offset_in(dtb, e),
+            base: read(e, 0, cells.address),
+            size: read(e, (cells.address * 4) as usize, cells.size),
+        })?;
     }
     Ok(())
 }

@@ -7,47 +7,60 @@ use crate::addr::HugeSize;
 use crate::machine::Machine;
 use crate::topology::{NodeId, NodeMask};
 
-/// Pages the `rank`-th node of a spread is filled to: `level`, one more for the first `extra`
-/// nodes, at most `clamp`.
-pub(super) fn spread_target(level: u64, extra: usize, rank: usize, clamp: u64) -> u64 {
-    level.saturating_add(u64::from(rank < extra)).min(clamp)
+/// The levels one round of a node-balanced request fills its nodes to: the `active` nodes
+/// (those with memory not yet found short) get `level` pages, one more for the first `extra` of
+/// them.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fill {
+    pub(super) active: NodeMask,
+    pub(super) level: u64,
+    pub(super) extra: usize,
 }
 
-/// One round of a node-balanced request.
-///
-/// The `active` nodes (those with memory not yet found short) are filled to `level` pages, one
-/// more for the first `extra` of them; the nodes found short keep what they hold.
+impl Fill {
+    /// Pages the `rank`-th node of `active` is filled to, at most `clamp`.
+    pub(super) fn target(&self, rank: usize, clamp: u64) -> u64 {
+        self.level
+            .saturating_add(u64::from(rank < self.extra))
+            .min(clamp)
+    }
+}
+
+/// One round of a node-balanced request: its [`Fill`], while the nodes found short keep what
+/// they hold.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Spread {
     /// Pages the request asks for over all nodes.
     pub(super) requested: u64,
-    pub(super) active: NodeMask,
-    pub(super) level: u64,
-    pub(super) extra: usize,
-    /// The previous round's `(active, level, extra)`, whose targets the active nodes reached;
-    /// `None` in the first round, when every node starts from 0.
-    pub(super) prev: Option<(NodeMask, u64, usize)>,
+    pub(super) fill: Fill,
+    /// The previous round's fill, whose targets the active nodes reached; `None` in the first
+    /// round, when every node starts from 0.
+    pub(super) prev: Option<Fill>,
 }
 
 impl Spread {
     /// A round that spreads what `requested` leaves after `kept` over `active`.
-    pub(super) fn new(
-        requested: u64,
-        kept: u64,
-        active: NodeMask,
-        prev: Option<(NodeMask, u64, usize)>,
-    ) -> Self {
+    pub(super) fn new(requested: u64, kept: u64, active: NodeMask, prev: Option<Fill>) -> Self {
         let left = requested.saturating_sub(kept);
         let m = active.count().max(1) as u64;
         Spread {
             requested,
-            active,
-            level: left / m,
-            // `left % m < m <= MAX_NODES`.
-            extra: (left % m) as usize,
+            fill: Fill {
+                active,
+                level: left / m,
+                // `left % m < m <= MAX_NODES`.
+                extra: (left % m) as usize,
+            },
             prev,
         }
     }
+}
+
+/// What a round asks of one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Target {
+    node: NodeId,
+    pages: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -92,9 +105,9 @@ impl<'c> Round<'c> {
                     .unwrap_or(0),
             ),
             RoundKind::Balanced(s) => {
-                let now = spread_target(s.level, s.extra, 0, clamp);
-                let before = s.prev.map_or(0, |(_, level, _)| level.min(clamp));
-                (s.active.count(), now.saturating_sub(before))
+                let now = s.fill.target(0, clamp);
+                let before = s.prev.map_or(0, |prev| prev.level.min(clamp));
+                (s.fill.active.count(), now.saturating_sub(before))
             }
         };
         Round {
@@ -114,19 +127,23 @@ impl<'c> Round<'c> {
             .unwrap_or(usize::MAX)
     }
 
-    /// The node of target `t` and the pages this round asks of it.
-    fn target(&self, t: usize) -> Option<(NodeId, u64)> {
+    /// What this round asks of target `t`.
+    fn target(&self, t: usize) -> Option<Target> {
         match &self.kind {
-            RoundKind::PerNode(entries) => {
-                entries.get(t).map(|e| (e.node, e.count.min(self.clamp)))
-            }
+            RoundKind::PerNode(entries) => entries.get(t).map(|e| Target {
+                node: e.node,
+                pages: e.count.min(self.clamp),
+            }),
             RoundKind::Balanced(s) => {
-                let node = s.active.nth(t)?;
-                let now = spread_target(s.level, s.extra, t, self.clamp);
-                let before = s.prev.map_or(0, |(active, level, extra)| {
-                    spread_target(level, extra, active.rank(node), self.clamp)
-                });
-                Some((node, now.saturating_sub(before)))
+                let node = s.fill.active.nth(t)?;
+                let now = s.fill.target(t, self.clamp);
+                let before = s
+                    .prev
+                    .map_or(0, |prev| prev.target(prev.active.rank(node), self.clamp));
+                Some(Target {
+                    node,
+                    pages: now.saturating_sub(before),
+                })
             }
         }
     }
@@ -139,11 +156,11 @@ impl<'c> Round<'c> {
         if slot >= self.slots {
             return None;
         }
-        let (node, pages) = self.target(i % self.targets)?;
+        let target = self.target(i % self.targets)?;
         // `slot < slots = ceil(most / chunk)`, so this does not overflow.
-        let count = pages.checked_sub(slot * self.chunk)?.min(self.chunk);
+        let count = target.pages.checked_sub(slot * self.chunk)?.min(self.chunk);
         (count > 0).then_some(HugeJob {
-            node,
+            node: target.node,
             size: self.size,
             count,
         })
@@ -168,5 +185,50 @@ impl HugeJob {
     /// once) and returns how many it got: fewer than `count` only when the node ran out.
     pub fn run(&self, machine: &Machine<'_>) -> u64 {
         machine.reserve_huge(self.node, self.size, self.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(ids: &[usize]) -> NodeMask {
+        NodeMask::from_nodes(ids.iter().map(|&i| NodeId::new(i)))
+    }
+
+    fn targets(round: &Round<'_>) -> [Option<Target>; 4] {
+        core::array::from_fn(|t| round.target(t))
+    }
+
+    #[test]
+    fn a_follow_up_round_asks_for_what_the_last_one_did_not() {
+        // 10 pages over nodes 0, 1, 2: 4, 3, 3.
+        let first = Spread::new(10, 0, nodes(&[0, 1, 2]), None);
+        let round = Round::new(HugeSize::Size2M, 2, u64::MAX, RoundKind::Balanced(first));
+        let t = |node, pages| {
+            Some(Target {
+                node: NodeId::new(node),
+                pages,
+            })
+        };
+        assert_eq!(targets(&round), [t(0, 4), t(1, 3), t(2, 3), None]);
+        assert_eq!((round.slots, round.job_count()), (2, 6));
+        // Node 1 came up short with 1 page: the other 9 go to nodes 0 and 2 (5 and 4), which
+        // hold 4 and 3 already.
+        let next = Spread::new(10, 1, nodes(&[0, 2]), Some(first.fill));
+        let round = Round::new(HugeSize::Size2M, 2, u64::MAX, RoundKind::Balanced(next));
+        assert_eq!(targets(&round), [t(0, 1), t(2, 1), None, None]);
+        let jobs: [Option<HugeJob>; 3] = core::array::from_fn(|i| round.job(i));
+        let job = |node, count| {
+            Some(HugeJob {
+                node: NodeId::new(node),
+                size: HugeSize::Size2M,
+                count,
+            })
+        };
+        assert_eq!(jobs, [job(0, 1), job(2, 1), None]);
+        // The clamp caps every target.
+        let round = Round::new(HugeSize::Size2M, 2, 3, RoundKind::Balanced(first));
+        assert_eq!(targets(&round), [t(0, 3), t(1, 3), t(2, 3), None]);
     }
 }

@@ -5,7 +5,7 @@
 use super::RESERVE_ORDER;
 use super::batch::Batch;
 use super::cmdline::{CmdlineError, HugepageConfig, PoolRequest};
-use super::jobs::{Round, RoundKind, Spread, spread_target};
+use super::jobs::{Round, RoundKind, Spread};
 use super::report::Report;
 use crate::addr::HugeSize;
 use crate::machine::Machine;
@@ -153,10 +153,10 @@ impl<'c> ReservationPlan<'c> {
         let RoundKind::Balanced(s) = &done.kind else {
             return None;
         };
-        let mut active = s.active;
+        let mut active = s.fill.active;
         let mut short = false;
-        for (rank, node) in s.active.iter().enumerate() {
-            let target = spread_target(s.level, s.extra, rank, done.clamp);
+        for (rank, node) in s.fill.active.iter().enumerate() {
+            let target = s.fill.target(rank, done.clamp);
             if machine.huge_counts(node, done.size).0 < target {
                 active.remove(node);
                 short = true;
@@ -171,12 +171,7 @@ impl<'c> ReservationPlan<'c> {
             .filter(|n| !active.contains(*n))
             .map(|n| machine.huge_counts(n, done.size).0)
             .fold(0u64, u64::saturating_add);
-        let spread = Spread::new(
-            s.requested,
-            kept,
-            active,
-            Some((s.active, s.level, s.extra)),
-        );
+        let spread = Spread::new(s.requested, kept, active, Some(s.fill));
         let round = Round::new(
             done.size,
             done.chunk,
