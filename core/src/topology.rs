@@ -10,7 +10,13 @@ use core::fmt;
 pub const MAX_NODES: usize = 1024;
 /// SLIT distance of a node to itself.
 pub const LOCAL_DISTANCE: u8 = 10;
-/// SLIT distance meaning "unreachable": such a node is never used for fallback.
+/// The SLIT distance ACPI calls "unreachable".
+///
+/// Linux gives it no meaning of its own, and neither does the fallback order: it is the largest
+/// distance, and [`build_fallback`](crate::zonelist::build_fallback) orders a node at 255 by the
+/// same rule as any other. Where numaframe itself picks nodes by nearness, an unreachable node is
+/// never near: [`Topology::nearest_nodes`] leaves it out, and so [`Topology::package_of`] never
+/// puts a CPU-less node in the package of a CPU node it cannot reach.
 pub const UNREACHABLE: u8 = 255;
 
 const MASK_WORDS: usize = MAX_NODES / 64;
@@ -454,9 +460,11 @@ impl<'a> Topology<'a> {
     /// The package (physical socket) `node` belongs to, as an opaque key: equal keys mean the
     /// same package. A CPU node's package is its socket, or a package of its own if it has none;
     /// a CPU-less node belongs to its initiator's package, or failing that to its own socket,
-    /// or failing that to the package of its nearest CPU node (the lowest id on a tie).
-    /// `None` for a CPU-less node with none of these (no CPU node is reachable), or a node
-    /// outside the topology.
+    /// or failing that to the package of its nearest CPU node (the lowest id on a tie; a CPU
+    /// node at [`UNREACHABLE`] is not near, see [`Topology::nearest_nodes`]).
+    /// `None` for a CPU-less node with none of these (every CPU node is at [`UNREACHABLE`]), so
+    /// socket-aware interleave counts it in no CPU's package; and `None` for a node outside the
+    /// topology.
     pub fn package_of(&self, node: NodeId) -> Option<u32> {
         let cpu_package = |n: NodeId| {
             self.info(n)
@@ -482,7 +490,10 @@ impl<'a> Topology<'a> {
     }
 
     /// All nodes of `mask` at the minimum distance from `node` (Linux's `nearest_node` family,
-    /// but returning every tie). Nodes outside the topology and unreachable nodes are ignored.
+    /// but returning every tie). Nodes outside the topology are ignored, and so are nodes at
+    /// [`UNREACHABLE`]: an unreachable node is not near, even when it is the only one in `mask`,
+    /// so the result is empty when every node of `mask` is unreachable from `node`. (The
+    /// fallback order is another matter: it lists nodes at 255 as Linux does.)
     pub fn nearest_nodes(&self, node: NodeId, mask: &NodeMask) -> NodeMask {
         if !self.contains(node) {
             return NodeMask::EMPTY;
@@ -622,5 +633,40 @@ mod tests {
             NodeMask::single(NodeId::new(0))
         );
         assert!(t.nearest_nodes(NodeId::new(9), &all).is_empty());
+    }
+
+    #[test]
+    fn unreachable_nodes_are_not_near() {
+        // Node 2 (CPU-less) reaches CPU node 1 only at 254 and CPU node 0 not at all; node 3
+        // (CPU-less) reaches no CPU node.
+        let nodes = [info(true), info(true), info(false), info(false)];
+        #[rustfmt::skip]
+        let d = [
+            10, 20, 255, 255,
+            20, 10, 254, 255,
+            255, 254, 10, 20,
+            255, 255, 20, 10,
+        ];
+        let t = Topology::new(&d, &nodes).unwrap();
+        let n = NodeId::new;
+        let cpus = t.cpu_nodes();
+        assert_eq!(t.nearest_nodes(n(2), &cpus), NodeMask::single(n(1)));
+        assert!(t.nearest_nodes(n(3), &cpus).is_empty());
+        assert!(t.nearest_nodes(n(0), &NodeMask::single(n(3))).is_empty());
+        assert_eq!(t.package_of(n(2)), t.package_of(n(1)));
+        assert_ne!(t.package_of(n(2)), t.package_of(n(0)));
+        assert_eq!(t.package_of(n(3)), None);
+        // A socket or an initiator still gives a package.
+        let with_initiator = [
+            info(true),
+            info(true),
+            info(false),
+            NodeInfo {
+                initiator: Some(n(0)),
+                ..info(false)
+            },
+        ];
+        let t = Topology::new(&d, &with_initiator).unwrap();
+        assert_eq!(t.package_of(n(3)), t.package_of(n(0)));
     }
 }
