@@ -91,6 +91,6 @@ pub use node::{HugeCounts, Node, Watermarks, Zone, ZoneCounters, ZoneKind};
 pub use percpu::{CpuId, PcpConfig};
 pub use platform::PhysMemory;
 pub use stats::NumaStat;
-pub use topology::{MAX_NODES, NodeId, NodeInfo, NodeMask, Topology};
+pub use topology::{MAX_NODES, NodeId, NodeInfo, NodeMask, Topology, TopologyError};
 #[cfg(feature = "x86_64")]
 pub use x86::NumaFrameAllocator;

@@ -15,6 +15,7 @@ pub const DMA32_END: Pfn = Pfn::new(1 << 20);
 /// The zones of a node, lowest first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum ZoneKind {
     /// Memory below 4 GiB, for devices limited to 32-bit DMA.
     #[default]

@@ -33,6 +33,7 @@ use crate::topology::{NodeId, NodeMask, Topology};
 
 /// Where a policy places memory (Linux's `MPOL_*` modes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Policy {
     /// The allocating CPU's node, then its zonelist (`MPOL_LOCAL`).
     Local,

@@ -6,13 +6,17 @@
 
 use core::fmt;
 
-use crate::error::TopologyError;
-
 /// The largest number of nodes numaframe handles (Linux's `CONFIG_NODES_SHIFT=10`).
 pub const MAX_NODES: usize = 1024;
 /// SLIT distance of a node to itself.
 pub const LOCAL_DISTANCE: u8 = 10;
-/// SLIT distance meaning "unreachable": such a node is never used for fallback.
+/// The SLIT distance ACPI calls "unreachable".
+///
+/// Linux gives it no meaning of its own, and neither does the fallback order: it is the largest
+/// distance, and [`build_fallback`](crate::zonelist::build_fallback) orders a node at 255 by the
+/// same rule as any other. Where numaframe itself picks nodes by nearness, an unreachable node is
+/// never near: [`Topology::nearest_nodes`] leaves it out, and so [`Topology::package_of`] never
+/// puts a CPU-less node in the package of a CPU node it cannot reach.
 pub const UNREACHABLE: u8 = 255;
 
 const MASK_WORDS: usize = MAX_NODES / 64;
@@ -144,6 +148,29 @@ impl NodeMask {
             word = self.0[w];
         }
     }
+    /// How many nodes of the set are below `node`: the position `node` has, or would have, in
+    /// [`NodeMask::iter`].
+    pub fn rank(&self, node: NodeId) -> usize {
+        let (w, b) = (node.index() / 64, node.index() % 64);
+        let below: usize = self.0[..w].iter().map(|x| x.count_ones() as usize).sum();
+        below + (self.0[w] & ((1u64 << b) - 1)).count_ones() as usize
+    }
+    /// The `k`-th node of the set in ascending order, counting from 0, or `None` if the set has
+    /// `k` nodes or fewer. The inverse of [`NodeMask::rank`] on the set's nodes.
+    pub fn nth(&self, mut k: usize) -> Option<NodeId> {
+        for (w, &word) in self.0.iter().enumerate() {
+            let ones = word.count_ones() as usize;
+            if k < ones {
+                let mut x = word;
+                for _ in 0..k {
+                    x &= x - 1;
+                }
+                return Some(NodeId((w * 64 + x.trailing_zeros() as usize) as u16));
+            }
+            k -= ones;
+        }
+        None
+    }
     /// The next node in the set after `node`, wrapping around (Linux's `next_node_in`).
     /// `None` only if the set is empty.
     pub fn next_after_wrapping(&self, node: NodeId) -> Option<NodeId> {
@@ -230,11 +257,103 @@ pub struct NodeInfo {
     pub bandwidth_gbps: Option<u32>,
 }
 
+/// `true` if `distance` from `from` to `to` follows the SLIT rules Linux enforces:
+/// [`LOCAL_DISTANCE`] from a node to itself and more than that to any other node. Linux rejects a
+/// whole table that breaks them (ACPI's `slit_valid` and `numa_set_distance`, and the device
+/// tree's distance map in `of_numa`), and numaframe checks every table it is given, from any
+/// source, with this one rule.
+pub fn valid_distance(from: NodeId, to: NodeId, distance: u8) -> bool {
+    if from == to {
+        distance == LOCAL_DISTANCE
+    } else {
+        distance > LOCAL_DISTANCE
+    }
+}
+
+/// A topology table breaks a rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum TopologyError {
+    /// The topology has no node.
+    NoNodes,
+    /// More than [`MAX_NODES`] nodes.
+    TooManyNodes {
+        /// Number of nodes given.
+        nodes: usize,
+    },
+    /// The distance table is not `nodes × nodes`.
+    DistanceTableSize {
+        /// Number of nodes.
+        nodes: usize,
+        /// Number of distance entries given.
+        entries: usize,
+    },
+    /// A distance breaks the SLIT rules as Linux enforces them (10 on the diagonal, 11..=255
+    /// elsewhere); see [`valid_distance`].
+    BadDistance {
+        /// Row.
+        from: NodeId,
+        /// Column.
+        to: NodeId,
+        /// The offending value.
+        distance: u8,
+    },
+    /// A node with CPUs names an initiator.
+    InitiatorOnCpuNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// An initiator that does not exist or has no CPUs.
+    BadInitiator {
+        /// The CPU-less node.
+        node: NodeId,
+        /// The initiator it names.
+        initiator: NodeId,
+    },
+}
+
+impl fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            TopologyError::NoNodes => write!(f, "topology has no nodes"),
+            TopologyError::TooManyNodes { nodes } => {
+                write!(f, "{nodes} nodes, at most 1024 supported")
+            }
+            TopologyError::DistanceTableSize { nodes, entries } => {
+                write!(
+                    f,
+                    "distance table has {entries} entries, {nodes} nodes need {}",
+                    nodes * nodes
+                )
+            }
+            TopologyError::BadDistance { from, to, distance } => {
+                write!(
+                    f,
+                    "distance {from}->{to} is {distance}: SLIT needs 10 on the diagonal and 11..=255 elsewhere"
+                )
+            }
+            TopologyError::InitiatorOnCpuNode { node } => {
+                write!(f, "node {node} has CPUs but names an initiator")
+            }
+            TopologyError::BadInitiator { node, initiator } => {
+                write!(
+                    f,
+                    "node {node} names initiator {initiator}, which is not a node with CPUs"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for TopologyError {}
+
 /// A validated NUMA topology borrowed from caller-owned tables.
 ///
 /// Invariants (checked by [`Topology::new`]):
 /// - `1 <= nodes.len() <= MAX_NODES` and `distances.len() == nodes.len()^2`;
-/// - the diagonal is [`LOCAL_DISTANCE`], other entries are `10..=254` or [`UNREACHABLE`];
+/// - every distance passes [`valid_distance`]: [`LOCAL_DISTANCE`] on the diagonal, more than
+///   that elsewhere;
 /// - an initiator names an existing node with CPUs, and only CPU-less nodes have one.
 #[derive(Clone, Copy, Debug)]
 pub struct Topology<'a> {
@@ -264,15 +383,11 @@ impl<'a> Topology<'a> {
         }
         for (i, row) in distances.chunks_exact(n).enumerate() {
             for (j, &d) in row.iter().enumerate() {
-                let ok = if i == j {
-                    d == LOCAL_DISTANCE
-                } else {
-                    d >= LOCAL_DISTANCE
-                };
-                if !ok {
+                let (from, to) = (NodeId(i as u16), NodeId(j as u16));
+                if !valid_distance(from, to, d) {
                     return Err(TopologyError::BadDistance {
-                        from: NodeId(i as u16),
-                        to: NodeId(j as u16),
+                        from,
+                        to,
                         distance: d,
                     });
                 }
@@ -353,9 +468,11 @@ impl<'a> Topology<'a> {
     /// The package (physical socket) `node` belongs to, as an opaque key: equal keys mean the
     /// same package. A CPU node's package is its socket, or a package of its own if it has none;
     /// a CPU-less node belongs to its initiator's package, or failing that to its own socket,
-    /// or failing that to the package of its nearest CPU node (the lowest id on a tie).
-    /// `None` for a CPU-less node with none of these (no CPU node is reachable), or a node
-    /// outside the topology.
+    /// or failing that to the package of its nearest CPU node (the lowest id on a tie; a CPU
+    /// node at [`UNREACHABLE`] is not near, see [`Topology::nearest_nodes`]).
+    /// `None` for a CPU-less node with none of these (every CPU node is at [`UNREACHABLE`]), so
+    /// socket-aware interleave counts it in no CPU's package; and `None` for a node outside the
+    /// topology.
     pub fn package_of(&self, node: NodeId) -> Option<u32> {
         let cpu_package = |n: NodeId| {
             self.info(n)
@@ -381,7 +498,10 @@ impl<'a> Topology<'a> {
     }
 
     /// All nodes of `mask` at the minimum distance from `node` (Linux's `nearest_node` family,
-    /// but returning every tie). Nodes outside the topology and unreachable nodes are ignored.
+    /// but returning every tie). Nodes outside the topology are ignored, and so are nodes at
+    /// [`UNREACHABLE`]: an unreachable node is not near, even when it is the only one in `mask`,
+    /// so the result is empty when every node of `mask` is unreachable from `node`. (The
+    /// fallback order is another matter: it lists nodes at 255 as Linux does.)
     pub fn nearest_nodes(&self, node: NodeId, mask: &NodeMask) -> NodeMask {
         if !self.contains(node) {
             return NodeMask::EMPTY;
@@ -431,6 +551,24 @@ mod tests {
     }
 
     #[test]
+    fn mask_rank_and_nth() {
+        let s = NodeMask::from_nodes([0, 3, 63, 64, 200, 1023].map(NodeId::new));
+        assert_eq!(s.nth(0), Some(NodeId::new(0)));
+        assert_eq!(s.nth(3), Some(NodeId::new(64)));
+        assert_eq!(s.nth(5), Some(NodeId::new(1023)));
+        assert_eq!(s.nth(6), None);
+        assert_eq!(s.rank(NodeId::new(0)), 0);
+        assert_eq!(s.rank(NodeId::new(64)), 3);
+        assert_eq!(s.rank(NodeId::new(65)), 4);
+        assert_eq!(s.rank(NodeId::new(1023)), 5);
+        for (k, node) in s.iter().enumerate() {
+            assert_eq!((s.rank(node), s.nth(k)), (k, Some(node)));
+        }
+        assert_eq!(NodeMask::EMPTY.nth(0), None);
+        assert_eq!(NodeMask::EMPTY.rank(NodeId::new(1023)), 0);
+    }
+
+    #[test]
     fn validation() {
         let nodes = [info(true), info(false)];
         assert!(Topology::new(&[10, 20, 20, 10], &nodes).is_ok());
@@ -449,6 +587,16 @@ mod tests {
             Topology::new(&[10, 9, 20, 10], &nodes),
             Err(TopologyError::BadDistance { distance: 9, .. })
         ));
+        // Linux rejects a remote distance of 10 or less, and so does numaframe.
+        assert_eq!(
+            Topology::new(&[10, 20, 10, 10], &nodes).unwrap_err(),
+            TopologyError::BadDistance {
+                from: NodeId::new(1),
+                to: NodeId::new(0),
+                distance: 10
+            }
+        );
+        assert!(Topology::new(&[10, 11, 255, 10], &nodes).is_ok());
         assert_eq!(Topology::new(&[], &[]).unwrap_err(), TopologyError::NoNodes);
         let bad_init = [
             info(true),
@@ -493,5 +641,40 @@ mod tests {
             NodeMask::single(NodeId::new(0))
         );
         assert!(t.nearest_nodes(NodeId::new(9), &all).is_empty());
+    }
+
+    #[test]
+    fn unreachable_nodes_are_not_near() {
+        // Node 2 (CPU-less) reaches CPU node 1 only at 254 and CPU node 0 not at all; node 3
+        // (CPU-less) reaches no CPU node.
+        let nodes = [info(true), info(true), info(false), info(false)];
+        #[rustfmt::skip]
+        let d = [
+            10, 20, 255, 255,
+            20, 10, 254, 255,
+            255, 254, 10, 20,
+            255, 255, 20, 10,
+        ];
+        let t = Topology::new(&d, &nodes).unwrap();
+        let n = NodeId::new;
+        let cpus = t.cpu_nodes();
+        assert_eq!(t.nearest_nodes(n(2), &cpus), NodeMask::single(n(1)));
+        assert!(t.nearest_nodes(n(3), &cpus).is_empty());
+        assert!(t.nearest_nodes(n(0), &NodeMask::single(n(3))).is_empty());
+        assert_eq!(t.package_of(n(2)), t.package_of(n(1)));
+        assert_ne!(t.package_of(n(2)), t.package_of(n(0)));
+        assert_eq!(t.package_of(n(3)), None);
+        // A socket or an initiator still gives a package.
+        let with_initiator = [
+            info(true),
+            info(true),
+            info(false),
+            NodeInfo {
+                initiator: Some(n(0)),
+                ..info(false)
+            },
+        ];
+        let t = Topology::new(&d, &with_initiator).unwrap();
+        assert_eq!(t.package_of(n(3)), t.package_of(n(0)));
     }
 }

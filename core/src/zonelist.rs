@@ -2,8 +2,9 @@
 //!
 //! For each node `local`, with one `load[]` shared by all nodes of one rebuild:
 //! 1. `local` comes first if it has memory;
-//! 2. the remaining reachable nodes with memory follow in ascending
-//!    `(dist(local,n) + [n < local] + [n has CPUs], load[n], n)`;
+//! 2. the remaining nodes with memory follow in ascending
+//!    `(dist(local,n) + [n < local] + [n has CPUs], load[n], n)`; a node at distance 255 (ACPI's
+//!    "unreachable") is ordered by the same rule as any other, as Linux orders it;
 //! 3. each time the raw distance differs from the previous entry's, the picked node's load
 //!    grows by one (the accumulated-load fix that spreads remote allocations round-robin).
 //!
@@ -14,7 +15,7 @@
 
 use core::fmt;
 
-use crate::topology::{LOCAL_DISTANCE, NodeId, NodeMask, Topology, UNREACHABLE};
+use crate::topology::{LOCAL_DISTANCE, NodeId, NodeMask, Topology};
 
 /// Which node states the build sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,10 +131,10 @@ pub fn build_fallback(
         let keys = &mut scratch.keys[..];
         let mut k = 0;
         for cand in states.memory.iter().take_while(|c| c.index() < n) {
-            let dist = topo.distance(local, cand);
-            if cand == local || dist == UNREACHABLE {
+            if cand == local {
                 continue;
             }
+            let dist = topo.distance(local, cand);
             let adjusted =
                 u64::from(dist) + u64::from(cand < local) + u64::from(cpus.contains(cand));
             keys[k] = adjusted << 32 | u64::from(load[cand.index()]) << 16 | cand.index() as u64;
@@ -166,8 +167,14 @@ mod tests {
     use super::*;
     use crate::topology::NodeInfo;
 
-    fn build(d: &[u8], cpus: &[bool], mem: &[bool], opts: FallbackOptions) -> [[i8; 4]; 4] {
-        let infos: [NodeInfo; 4] = core::array::from_fn(|i| NodeInfo {
+    /// Every node's order, padded with -1.
+    fn build<const N: usize>(
+        d: &[u8],
+        cpus: &[bool],
+        mem: &[bool],
+        opts: FallbackOptions,
+    ) -> [[i8; N]; N] {
+        let infos: [NodeInfo; N] = core::array::from_fn(|i| NodeInfo {
             has_cpus: cpus[i],
             has_memory: mem[i],
             ..NodeInfo::default()
@@ -178,8 +185,8 @@ mod tests {
             cpus: t.cpu_nodes(),
         };
         let (mut ids, mut lens, mut load, mut keys) =
-            ([NodeId::default(); 16], [0u16; 4], [0u32; 4], [0u64; 4]);
-        let mut table = FallbackTable::new(4, &mut ids, &mut lens).unwrap();
+            ([NodeId::default(); 16], [0u16; N], [0u32; N], [0u64; N]);
+        let mut table = FallbackTable::new(N, &mut ids, &mut lens).unwrap();
         build_fallback(
             &t,
             &states,
@@ -202,7 +209,7 @@ mod tests {
 
     #[test]
     fn amd_4node_post_fix_order() {
-        let rows = build(&AMD, &[true; 4], &[true; 4], FallbackOptions::default());
+        let rows = build::<4>(&AMD, &[true; 4], &[true; 4], FallbackOptions::default());
         assert_eq!(
             rows,
             [[0, 1, 2, 3], [1, 0, 3, 2], [2, 3, 0, 1], [3, 2, 1, 0]]
@@ -211,7 +218,7 @@ mod tests {
 
     #[test]
     fn memoryless_node_is_left_out_everywhere() {
-        let rows = build(
+        let rows = build::<4>(
             &AMD,
             &[true; 4],
             &[true, false, true, true],
@@ -229,9 +236,9 @@ mod tests {
             10, 20, 21, 21, 20, 10, 21, 21, 21, 21, 10, 20, 21, 21, 20, 10,
         ];
         let cpus = [true, true, false, false];
-        let rows = build(&d, &cpus, &[true; 4], FallbackOptions::default());
+        let rows = build::<4>(&d, &cpus, &[true; 4], FallbackOptions::default());
         assert_eq!(rows[1], [1, 3, 2, 0]);
-        let boot = build(
+        let boot = build::<4>(
             &d,
             &cpus,
             &[true; 4],
@@ -243,17 +250,30 @@ mod tests {
     }
 
     #[test]
-    fn unreachable_nodes_never_fall_back() {
-        let d = [
-            10, 255, 20, 20, 255, 10, 20, 20, 20, 20, 10, 20, 20, 20, 20, 10,
-        ];
-        let rows = build(&d, &[true; 4], &[true; 4], FallbackOptions::default());
-        assert_eq!(rows[0], [0, 2, 3, -1]);
-        assert_eq!(
-            rows[1],
-            [1, 3, 2, -1],
-            "node 2 carries load from node 0's build"
+    fn nodes_at_255_are_ordered_like_any_other() {
+        // The orders Linux 6.12 printed at boot (as if no node had CPUs) for these distances:
+        // `Fallback order for Node 0: 0 2 1` and `Fallback order for Node 1: 1 2 0`.
+        let d = [10, 255, 30, 255, 10, 254, 30, 254, 10];
+        let boot = build::<3>(
+            &d,
+            &[true; 3],
+            &[true; 3],
+            FallbackOptions {
+                linux_boot_order: true,
+            },
         );
+        assert_eq!(boot[..2], [[0, 2, 1], [1, 2, 0]]);
+        // A memoryless node whose nodes with memory are all at 255 still falls back to them.
+        let d = [
+            10, 255, 20, 255, 255, 10, 20, 21, 20, 20, 10, 20, 255, 21, 20, 10,
+        ];
+        let rows = build::<4>(
+            &d,
+            &[true; 4],
+            &[false, true, false, true],
+            FallbackOptions::default(),
+        );
+        assert_eq!(rows[0], [1, 3, -1, -1]);
     }
 
     #[test]

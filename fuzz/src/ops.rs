@@ -601,6 +601,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                     Policy::Local | Policy::Preferred(_) | Policy::Bind(_) => 1,
                     Policy::PreferredMany(_) => 2,
                     Policy::Interleave(mask) | Policy::WeightedInterleave(mask) => mask.count(),
+                    other => panic!("no bound on the node calls of {other:?} yet"),
                 };
                 assert!(
                     r.node_calls <= most_calls,

@@ -9,16 +9,15 @@ pub mod oracle {
     //! one-sort-per-node build is checked and benchmarked against.
     //!
     //! It deliberately shares nothing with `numaframe`: plain `usize` node ids, `bool` node
-    //! states and a row-major `u8` distance table. Two rules that are numaframe's, not the
-    //! kernel's, are marked where they apply: a node at distance 255 (unreachable) is never used
-    //! for fallback, and `linux_boot_order` treats every node as CPU-less.
+    //! states and a row-major `u8` distance table. Every distance is taken as it is, 255 (ACPI's
+    //! "unreachable") included: the kernel has no rule for it. One switch is numaframe's, not
+    //! the kernel's, and is marked where it applies: `linux_boot_order` treats every node as
+    //! CPU-less, as the kernel's boot-time build sees them.
 
     /// Linux's `MAX_NUMNODES` with `CONFIG_NODES_SHIFT=10`.
     pub const MAX_NUMNODES: i64 = 1024;
     /// Linux's `PENALTY_FOR_NODE_WITH_CPUS`.
     pub const PENALTY_FOR_NODE_WITH_CPUS: i64 = 1;
-    /// SLIT distance meaning "unreachable".
-    pub const UNREACHABLE: u8 = 255;
 
     /// The inputs of a build: what the kernel reads from `node_distance()`,
     /// `node_state(n, N_MEMORY)` and `cpumask_of_node(n)`.
@@ -73,10 +72,6 @@ pub mod oracle {
             }
             // Don't want a node to appear more than once.
             if used_node_mask[n] {
-                continue;
-            }
-            // numaframe: an unreachable node is never used for fallback.
-            if t.node_distance(node, n) == UNREACHABLE {
                 continue;
             }
 
@@ -171,8 +166,10 @@ pub mod topologies {
         }
     }
 
-    /// Off-diagonal distances few enough to make ties common, 255 (unreachable) included.
-    pub const DISTANCES: [u8; 8] = [10, 11, 12, 16, 20, 21, 32, 255];
+    /// Off-diagonal distances few enough to make ties common, 254 and 255 (ACPI's "unreachable")
+    /// included, so that a penalty of one makes them tie. All are above 10: Linux rejects a
+    /// table with a remote distance of 10 or less.
+    pub const DISTANCES: [u8; 8] = [11, 12, 16, 20, 21, 32, 254, 255];
 
     /// `n` nodes with distances drawn from [`DISTANCES`] (a symmetric table if `symmetric`),
     /// CPUs on about 70 % and memory on about 85 % of the nodes, at least one with memory.

@@ -1,0 +1,163 @@
+//! The distance map: a child of the root with `compatible = "numa-distance-map-v1"`, whose
+//! `distance-matrix` holds `(from, to, distance)` triples, read with Linux's defaults and
+//! mirroring (see the [module docs](super)).
+#![deny(unsafe_code)]
+
+use super::error::FdtError;
+use super::value::{be32, offset_in};
+use crate::topology::{LOCAL_DISTANCE, NodeId, valid_distance};
+
+/// Linux's default distance between two different nodes (`REMOTE_DISTANCE`).
+pub const REMOTE_DISTANCE: u8 = 20;
+
+/// The largest node id the triples of `matrix` name.
+///
+/// # Errors
+/// As [`fill`], which it checks the same way.
+pub(super) fn max_node(dtb: &[u8], matrix: &[u8]) -> Result<usize, FdtError> {
+    let mut max = 0;
+    for_each_triple(dtb, matrix, |t| {
+        max = max.max(t.from.index()).max(t.to.index());
+    })?;
+    Ok(max)
+}
+
+/// Writes the distance table of `n` nodes into `dist` (row-major, `n * n` entries): the
+/// defaults, then the triples of `matrix`.
+///
+/// # Errors
+/// [`FdtError::BadProperty`] for a matrix that is not whole triples,
+/// [`FdtError::NodeIdOutOfRange`] and [`FdtError::BadDistance`] for a bad triple.
+pub(super) fn fill(
+    dtb: &[u8],
+    matrix: Option<&[u8]>,
+    dist: &mut [u8],
+    n: usize,
+) -> Result<(), FdtError> {
+    for (i, d) in dist.iter_mut().enumerate() {
+        *d = if i / n == i % n {
+            LOCAL_DISTANCE
+        } else {
+            REMOTE_DISTANCE
+        };
+    }
+    let Some(m) = matrix else {
+        return Ok(());
+    };
+    for_each_triple(dtb, m, |t| {
+        let (a, b) = (t.from.index(), t.to.index());
+        dist[a * n + b] = t.distance;
+        if b > a {
+            dist[b * n + a] = t.distance;
+        }
+    })
+}
+
+/// One `(from, to, distance)` entry of a `distance-matrix`, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Triple {
+    from: NodeId,
+    to: NodeId,
+    distance: u8,
+}
+
+/// Calls `f` with each triple of a `distance-matrix`, stopping at the first bad one.
+fn for_each_triple(dtb: &[u8], m: &[u8], mut f: impl FnMut(Triple)) -> Result<(), FdtError> {
+    if m.is_empty() || !m.len().is_multiple_of(12) {
+        return Err(FdtError::BadProperty {
+            at: offset_in(dtb, m),
+            len: m.len(),
+        });
+    }
+    for t in m.chunks_exact(12) {
+        let at = offset_in(dtb, t);
+        let [a, b, d] = [0, 4, 8].map(|i| be32(t, i).unwrap_or(0));
+        let id = |id: u32, off: usize| {
+            NodeId::try_new(id as usize).ok_or(FdtError::NodeIdOutOfRange { at: at + off, id })
+        };
+        let (from, to) = (id(a, 0)?, id(b, 4)?);
+        let valid = u8::try_from(d)
+            .ok()
+            .filter(|&v| valid_distance(from, to, v));
+        let Some(distance) = valid else {
+            return Err(FdtError::BadDistance {
+                at,
+                from: a,
+                to: b,
+                distance: d,
+            });
+        };
+        f(Triple { from, to, distance });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_tree::{G, Out, error_of, machine};
+    use super::super::{FdtError, parse};
+    use crate::topology::{NodeInfo, Topology};
+
+    #[test]
+    fn one_sided_matrix_is_mirrored_and_later_entries_win() {
+        let dtb = machine(
+            &[(Some(0), G, G), (Some(1), 2 * G, G)],
+            &[Some(0), Some(1)],
+            Some(&[(0, 0, 10), (0, 1, 15), (1, 1, 10)]),
+            None,
+        );
+        let mut o = Out::new(2, 2, 2);
+        let mut t = o.topo();
+        parse(&dtb, &mut t).unwrap();
+        assert_eq!(t.distances(), &[10, 15, 15, 10]);
+        let dtb = machine(
+            &[(Some(0), G, G), (Some(1), 2 * G, G)],
+            &[Some(0), Some(1)],
+            Some(&[(0, 1, 15), (1, 0, 25)]),
+            None,
+        );
+        let mut t = o.topo();
+        parse(&dtb, &mut t).unwrap();
+        assert_eq!(t.distances(), &[10, 15, 25, 10]);
+    }
+
+    #[test]
+    fn distances_break_no_slit_rule() {
+        assert!(matches!(
+            error_of(&machine(&[(Some(0), G, G)], &[], Some(&[(0, 0, 12)]), None)),
+            FdtError::BadDistance { distance: 12, .. }
+        ));
+        assert!(matches!(
+            error_of(&machine(
+                &[(Some(0), G, G), (Some(1), 2 * G, G)],
+                &[],
+                Some(&[(0, 1, 300)]),
+                None,
+            )),
+            FdtError::BadDistance { distance: 300, .. }
+        ));
+    }
+
+    #[test]
+    fn the_map_is_checked_as_topology_new_checks_a_table() {
+        let nodes = [NodeInfo::default(); 2];
+        for d in 0..=256u32 {
+            for (a, b) in [(0, 1), (1, 1)] {
+                let dtb = machine(
+                    &[(Some(0), G, G), (Some(1), 2 * G, G)],
+                    &[],
+                    Some(&[(a, b, d)]),
+                    None,
+                );
+                let mut o = Out::new(2, 2, 0);
+                let fdt_ok = parse(&dtb, &mut o.topo()).is_ok();
+                let table = u8::try_from(d).ok().map(|d| match (a, b) {
+                    (0, 1) => [10, d, d, 10],
+                    _ => [10, 20, 20, d],
+                });
+                let topology_ok = table.is_some_and(|t| Topology::new(&t, &nodes).is_ok());
+                assert_eq!(fdt_ok, topology_ok, "({a}, {b}, {d})");
+            }
+        }
+    }
+}

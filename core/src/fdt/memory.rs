@@ -1,0 +1,96 @@
+//! Memory nodes: children of the root with `device_type = "memory"`, their `numa-node-id` and
+//! the whole 4 KiB frames of their `reg` ranges.
+#![deny(unsafe_code)]
+
+use super::error::FdtError;
+use super::tree::{Props, Visit};
+use super::value::{self, Cells};
+use crate::addr::{PAGE_SIZE, PhysAddr, PhysRange};
+use crate::topology::NodeId;
+
+/// The node a memory node names, or `None` without `numa-node-id`.
+pub(super) fn node_id(dtb: &[u8], p: &Props<'_>) -> Result<Option<NodeId>, FdtError> {
+    p.node_id.map(|v| value::node_id(dtb, v)).transpose()
+}
+
+/// Calls `f` with the frames of each `reg` range of the memory node `v`, rounded inwards to
+/// whole frames; a range that holds no whole frame is dropped.
+pub(super) fn for_each_range(
+    dtb: &[u8],
+    v: &Visit<'_>,
+    p: &Props<'_>,
+    cells: Cells,
+    mut f: impl FnMut(PhysRange),
+) -> Result<(), FdtError> {
+    let reg = p.reg.ok_or(FdtError::BadProperty { at: v.at, len: 0 })?;
+    value::reg(dtb, reg, cells, |e| {
+        let end = e.base.checked_add(e.size).ok_or(FdtError::BadRange {
+            at: e.at,
+            base: e.base,
+            size: e.size,
+        })?;
+        if let Some(range) = whole_frames(e.base, end) {
+            f(range);
+        }
+        Ok(())
+    })
+}
+
+/// The frames wholly inside `base..end`, or `None` if there is none.
+fn whole_frames(base: u64, end: u64) -> Option<PhysRange> {
+    let start = base.checked_next_multiple_of(PAGE_SIZE)?;
+    let end = end - end % PAGE_SIZE;
+    if start >= end {
+        return None;
+    }
+    PhysRange::from_bytes(PhysAddr::new(start), end - start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_tree::{G, Out, error_of, machine};
+    use super::super::{FdtError, parse};
+    use super::*;
+
+    #[test]
+    fn ranges_round_inwards() {
+        let dtb = machine(
+            &[(Some(0), G + 100, 2 * PAGE_SIZE), (Some(0), 2 * G, 100)],
+            &[],
+            None,
+            None,
+        );
+        let mut o = Out::new(1, 2, 0);
+        let mut t = o.topo();
+        parse(&dtb, &mut t).unwrap();
+        let r = t.ranges();
+        assert_eq!(r.len(), 1, "the 100-byte range holds no whole frame");
+        assert_eq!(r[0].range.frames(), 1);
+        assert_eq!(r[0].range.start().addr().get(), G + PAGE_SIZE);
+    }
+
+    #[test]
+    fn memory_node_errors() {
+        assert!(matches!(
+            error_of(&machine(
+                &[(Some(0), G, G), (None, 2 * G, G)],
+                &[],
+                None,
+                None
+            )),
+            FdtError::MissingNodeId { .. }
+        ));
+        assert!(matches!(
+            error_of(&machine(&[(Some(5000), G, G)], &[], None, None)),
+            FdtError::NodeIdOutOfRange { id: 5000, .. }
+        ));
+        assert!(matches!(
+            error_of(&machine(&[(Some(0), u64::MAX, G)], &[], None, None)),
+            FdtError::BadRange { .. }
+        ));
+        assert!(matches!(
+            error_of(&machine(&[], &[Some(0)], None, None)),
+            FdtError::NoMemory
+        ));
+    }
+}

@@ -1,0 +1,251 @@
+//! [`parse`]: one walk over the root's children (memory nodes, `/cpus`, `/chosen`, the distance
+//! map), then the tables sized from what it found and filled.
+#![deny(unsafe_code)]
+
+use super::error::{FdtError, Table};
+use super::output::{FdtInfo, FdtTopology};
+use super::tree::Tree;
+use super::value::{self, Cells};
+use super::{cpus, distance, memory};
+use crate::machine::MemoryRange;
+use crate::topology::{NodeId, NodeInfo};
+
+/// Reads the NUMA topology, memory and CPUs of `dtb` into `out`.
+///
+/// # Errors
+/// An [`FdtError`] for a malformed tree, a NUMA description that breaks Linux's rules (see the
+/// [module docs](super)), or tables in `out` too small for the tree (then
+/// [`FdtError::NoRoom`] says how many entries it needs). `out` may be partly written on error.
+pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>, FdtError> {
+    out.nodes = 0;
+    out.nranges = 0;
+    out.ncpus = 0;
+    let tree = Tree::open(dtb)?;
+    let root = tree.root();
+    let rp = tree.props(&root)?;
+    let cells = Cells::read(dtb, rp.address_cells, rp.size_cells)?;
+
+    let mut max_id = 0usize;
+    let mut numa = false;
+    let mut missing_id: Option<usize> = None;
+    let mut matrix: Option<&'d [u8]> = None;
+    let mut bootargs = None;
+    let mut memory_nodes = 0usize;
+    let (mut nranges, mut ncpus) = (0usize, 0usize);
+
+    tree.children(&root, |child| {
+        let p = tree.props(&child)?;
+        if !value::available(p.status) {
+            return Ok(());
+        }
+        if value::is(p.device_type, "memory") {
+            memory_nodes += 1;
+            let id = memory::node_id(dtb, &p)?;
+            if id.is_some() {
+                numa = true;
+            } else {
+                missing_id.get_or_insert(child.at);
+            }
+            let node = id.unwrap_or(NodeId::new(0));
+            max_id = max_id.max(node.index());
+            memory::for_each_range(dtb, &child, &p, cells, |range| {
+                if let Some(slot) = out.ranges.get_mut(nranges) {
+                    *slot = MemoryRange { node, range };
+                }
+                nranges += 1;
+            })?;
+        } else if child.name == "cpus" {
+            cpus::for_each_cpu(&tree, &child, |node| {
+                if let Some(slot) = out.cpus.get_mut(ncpus) {
+                    *slot = node;
+                }
+                ncpus += 1;
+            })?;
+        } else if child.name == "chosen" {
+            if let Some(v) = p.bootargs {
+                bootargs = Some(value::string(dtb, v)?);
+            }
+        } else if value::compatible_with(p.compatible, "numa-distance-map-v1") && matrix.is_none() {
+            matrix = Some(p.distance_matrix.ok_or(FdtError::BadProperty {
+                at: child.at,
+                len: 0,
+            })?);
+        }
+        Ok(())
+    })?;
+
+    if memory_nodes == 0 || nranges == 0 {
+        return Err(FdtError::NoMemory);
+    }
+    if numa && let Some(at) = missing_id {
+        return Err(FdtError::MissingNodeId { at });
+    }
+    if nranges > out.ranges.len() {
+        return Err(FdtError::NoRoom {
+            table: Table::Ranges,
+            needed: nranges,
+            capacity: out.ranges.len(),
+        });
+    }
+    if ncpus > out.cpus.len() {
+        return Err(FdtError::NoRoom {
+            table: Table::Cpus,
+            needed: ncpus,
+            capacity: out.cpus.len(),
+        });
+    }
+
+    // A tree whose memory nodes carry no `numa-node-id` describes a machine without NUMA: one
+    // node with everything, whatever CPUs and distance map say (Linux's `dummy_numa_init`).
+    let matrix = matrix.filter(|_| numa);
+    if numa {
+        max_id = out.cpus[..ncpus]
+            .iter()
+            .map(|n| n.index())
+            .fold(max_id, usize::max);
+        if let Some(m) = matrix {
+            max_id = max_id.max(distance::max_node(dtb, m)?);
+        }
+    } else {
+        out.cpus[..ncpus].fill(NodeId::new(0));
+    }
+    let n = max_id + 1;
+    if n > out.infos.len() {
+        return Err(FdtError::NoRoom {
+            table: Table::Nodes,
+            needed: n,
+            capacity: out.infos.len(),
+        });
+    }
+    if n * n > out.distances.len() {
+        return Err(FdtError::NoRoom {
+            table: Table::Distances,
+            needed: n * n,
+            capacity: out.distances.len(),
+        });
+    }
+    distance::fill(dtb, matrix, &mut out.distances[..n * n], n)?;
+    let infos = &mut out.infos[..n];
+    infos.fill(NodeInfo::default());
+    for r in &out.ranges[..nranges] {
+        infos[r.node.index()].has_memory = true;
+    }
+    for c in &out.cpus[..ncpus] {
+        infos[c.index()].has_cpus = true;
+    }
+    out.nodes = n;
+    out.nranges = nranges;
+    out.ncpus = ncpus;
+    Ok(FdtInfo {
+        total_size: tree.header.total_size,
+        boot_cpuid: tree.header.boot_cpuid,
+        bootargs,
+        numa,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_tree::{G, Out, amd, error_of, machine, n};
+    use super::*;
+    use crate::addr::{PAGE_SIZE, Pfn};
+
+    #[test]
+    fn four_nodes_like_qemu() {
+        let dtb = amd();
+        let mut o = Out::new(8, 8, 8);
+        let mut t = o.topo();
+        let info = parse(&dtb, &mut t).unwrap();
+        assert_eq!(t.nodes(), 4);
+        assert_eq!(
+            t.distances(),
+            &[
+                10, 12, 32, 32, 12, 10, 32, 32, 32, 32, 10, 12, 32, 32, 12, 10
+            ]
+        );
+        assert_eq!(t.cpus(), &[n(0), n(1), n(2), n(3)]);
+        assert_eq!(t.ranges().len(), 4);
+        assert_eq!(t.ranges()[2].node, n(2));
+        assert_eq!(t.ranges()[2].range.start(), Pfn::new(3 * G / PAGE_SIZE));
+        assert!(t.infos().iter().all(|i| i.has_cpus && i.has_memory));
+        assert_eq!(
+            info.bootargs,
+            Some("hugepagesz=2M hugepages=4 numaframe.linux_boot_order")
+        );
+        assert!(info.numa);
+        assert_eq!(info.total_size, dtb.len());
+        t.topology().unwrap();
+    }
+
+    #[test]
+    fn defaults_cpuless_and_memoryless_nodes() {
+        // Node 1 has memory but no CPU; node 2 a CPU but no memory; no distance map; the
+        // last CPU has no id and goes to node 0.
+        let dtb = machine(
+            &[(Some(0), G, G), (Some(1), 2 * G, G)],
+            &[Some(0), Some(2), None],
+            None,
+            None,
+        );
+        let mut o = Out::new(4, 4, 4);
+        let mut t = o.topo();
+        let info = parse(&dtb, &mut t).unwrap();
+        assert_eq!(info.bootargs, None);
+        assert_eq!(t.nodes(), 3);
+        assert_eq!(t.distances(), &[10, 20, 20, 20, 10, 20, 20, 20, 10]);
+        let i = t.infos();
+        assert!(i[0].has_cpus && i[0].has_memory);
+        assert!(!i[1].has_cpus && i[1].has_memory);
+        assert!(i[2].has_cpus && !i[2].has_memory);
+        assert_eq!(t.cpus(), &[n(0), n(2), n(0)]);
+    }
+
+    #[test]
+    fn without_numa_ids_the_machine_is_one_node() {
+        let dtb = machine(
+            &[(None, G, G), (None, 3 * G, G)],
+            &[Some(1), None],
+            Some(&[(0, 1, 15)]),
+            None,
+        );
+        let mut o = Out::new(1, 2, 2);
+        let mut t = o.topo();
+        let info = parse(&dtb, &mut t).unwrap();
+        assert!(!info.numa);
+        assert_eq!(t.nodes(), 1);
+        assert_eq!(t.cpus(), &[n(0), n(0)]);
+        assert_eq!(t.ranges().len(), 2);
+        assert_eq!(t.distances(), &[10]);
+    }
+
+    #[test]
+    fn no_room_says_how_much() {
+        let dtb = amd();
+        let mut o = Out::new(4, 2, 8);
+        assert_eq!(
+            parse(&dtb, &mut o.topo()),
+            Err(FdtError::NoRoom {
+                table: Table::Ranges,
+                needed: 4,
+                capacity: 2
+            })
+        );
+        let mut o = Out::new(4, 4, 1);
+        assert_eq!(
+            parse(&dtb, &mut o.topo()),
+            Err(FdtError::NoRoom {
+                table: Table::Cpus,
+                needed: 4,
+                capacity: 1
+            })
+        );
+        assert!(matches!(
+            error_of(&machine(&[(Some(7), G, G)], &[], None, None)),
+            FdtError::NoRoom {
+                table: Table::Nodes,
+                needed: 8,
+                ..
+            }
+        ));
+    }
+}
