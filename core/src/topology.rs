@@ -257,17 +257,25 @@ pub struct NodeInfo {
     pub bandwidth_gbps: Option<u32>,
 }
 
-/// `true` if `distance` from `from` to `to` follows the SLIT rules Linux enforces:
-/// [`LOCAL_DISTANCE`] from a node to itself and more than that to any other node. Linux rejects a
-/// whole table that breaks them (ACPI's `slit_valid` and `numa_set_distance`, and the device
-/// tree's distance map in `of_numa`), and numaframe checks every table it is given, from any
-/// source, with this one rule.
+/// `true` if `distance` from `from` to `to` may stand in a [`Topology`]: [`LOCAL_DISTANCE`] from
+/// a node to itself and at least that to any other node. This is what Linux's
+/// `numa_set_distance` accepts once a table is in use: nodes at distance 10 from each other are
+/// legal there (`numa=fake` builds exactly that, and the `fake-64` preset models it).
 pub fn valid_distance(from: NodeId, to: NodeId, distance: u8) -> bool {
     if from == to {
         distance == LOCAL_DISTANCE
     } else {
-        distance > LOCAL_DISTANCE
+        distance >= LOCAL_DISTANCE
     }
+}
+
+/// `true` if `distance` from `from` to `to` is allowed in a firmware distance table (ACPI's SLIT,
+/// a device tree's `distance-map`): [`LOCAL_DISTANCE`] on the diagonal and more than that
+/// elsewhere. Linux refuses a whole firmware table that breaks this (ACPI's `slit_valid`, the
+/// device tree's `of_numa_parse_distance_map`); every firmware reader of numaframe checks its
+/// table with this one rule before it builds a [`Topology`].
+pub fn valid_firmware_distance(from: NodeId, to: NodeId, distance: u8) -> bool {
+    valid_distance(from, to, distance) && (from == to || distance > LOCAL_DISTANCE)
 }
 
 /// A topology table breaks a rule.
@@ -289,8 +297,8 @@ pub enum TopologyError {
         /// Number of distance entries given.
         entries: usize,
     },
-    /// A distance breaks the SLIT rules as Linux enforces them (10 on the diagonal, 11..=255
-    /// elsewhere); see [`valid_distance`].
+    /// A distance breaks the rules of [`valid_distance`] (10 on the diagonal, 10..=255
+    /// elsewhere).
     BadDistance {
         /// Row.
         from: NodeId,
@@ -330,7 +338,7 @@ impl fmt::Display for TopologyError {
             TopologyError::BadDistance { from, to, distance } => {
                 write!(
                     f,
-                    "distance {from}->{to} is {distance}: SLIT needs 10 on the diagonal and 11..=255 elsewhere"
+                    "distance {from}->{to} is {distance}: a topology needs 10 on the diagonal and 10..=255 elsewhere"
                 )
             }
             TopologyError::InitiatorOnCpuNode { node } => {
@@ -352,7 +360,7 @@ impl core::error::Error for TopologyError {}
 ///
 /// Invariants (checked by [`Topology::new`]):
 /// - `1 <= nodes.len() <= MAX_NODES` and `distances.len() == nodes.len()^2`;
-/// - every distance passes [`valid_distance`]: [`LOCAL_DISTANCE`] on the diagonal, more than
+/// - every distance passes [`valid_distance`]: [`LOCAL_DISTANCE`] on the diagonal, at least
 ///   that elsewhere;
 /// - an initiator names an existing node with CPUs, and only CPU-less nodes have one.
 #[derive(Clone, Copy, Debug)]
@@ -587,16 +595,13 @@ mod tests {
             Topology::new(&[10, 9, 20, 10], &nodes),
             Err(TopologyError::BadDistance { distance: 9, .. })
         ));
-        // Linux rejects a remote distance of 10 or less, and so does numaframe.
-        assert_eq!(
-            Topology::new(&[10, 20, 10, 10], &nodes).unwrap_err(),
-            TopologyError::BadDistance {
-                from: NodeId::new(1),
-                to: NodeId::new(0),
-                distance: 10
-            }
-        );
+        // A remote 10 is legal in a topology (numa=fake builds it) but not in a firmware table.
+        assert!(Topology::new(&[10, 10, 10, 10], &nodes).is_ok());
         assert!(Topology::new(&[10, 11, 255, 10], &nodes).is_ok());
+        let (a, b) = (NodeId::new(0), NodeId::new(1));
+        assert!(valid_distance(a, b, 10) && !valid_firmware_distance(a, b, 10));
+        assert!(valid_firmware_distance(a, b, 11) && valid_firmware_distance(a, a, 10));
+        assert!(!valid_firmware_distance(a, a, 11) && !valid_distance(a, b, 9));
         assert_eq!(Topology::new(&[], &[]).unwrap_err(), TopologyError::NoNodes);
         let bad_init = [
             info(true),

@@ -50,10 +50,7 @@ pub fn preset(name: &str) -> Option<MachineSpec> {
             ]),
             Some(150),
         ),
-        // Linux's `numa=fake=64` puts 10 everywhere; numaframe refuses a remote distance of 10
-        // (as Linux's SLIT and device-tree readers do), and 11, the nearest one it accepts,
-        // gives the same fallback orders.
-        "fake-64" => (uniform(64, 1, 48 * MIB, |_| 0), table(64, |_, _| 11), None),
+        "fake-64" => (uniform(64, 1, 48 * MIB, |_| 0), table(64, |_, _| 10), None),
         "1tb-2node" => (uniform(2, 2, 512 * GIB, |i| i), table(2, |_, _| 21), None),
         "12tb-2node" => (uniform(2, 2, 6 * TIB, |i| i), table(2, |_, _| 21), None),
         _ => return None,
@@ -173,12 +170,7 @@ mod tests {
         assert_eq!(cxl.nodes()[1].cpus, (16..32).collect::<Vec<_>>());
         let fake = s("fake-64");
         assert_eq!((fake.len(), fake.total_memory_bytes()), (64, 64 * 48 * MIB));
-        assert!(
-            fake.distances()
-                .iter()
-                .enumerate()
-                .all(|(k, &d)| d == if k / 64 == k % 64 { 10 } else { 11 })
-        );
+        assert!(fake.distances().iter().all(|&d| d == 10));
         assert_eq!(s("1tb-2node").total_memory_bytes(), TIB);
         assert_eq!(s("12tb-2node").total_memory_bytes(), 12 * TIB);
         assert_eq!(s("12tb-2node").distances(), [10, 21, 21, 10]);

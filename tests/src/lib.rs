@@ -166,10 +166,9 @@ pub mod topologies {
         }
     }
 
-    /// Off-diagonal distances few enough to make ties common, 254 and 255 (ACPI's "unreachable")
-    /// included, so that a penalty of one makes them tie. All are above 10: Linux rejects a
-    /// table with a remote distance of 10 or less.
-    pub const DISTANCES: [u8; 8] = [11, 12, 16, 20, 21, 32, 254, 255];
+    /// Off-diagonal distances few enough to make ties common: 10 (as `numa=fake` builds), and
+    /// 254 and 255 (ACPI's "unreachable"), so that a penalty of one makes them tie.
+    pub const DISTANCES: [u8; 9] = [10, 11, 12, 16, 20, 21, 32, 254, 255];
 
     /// `n` nodes with distances drawn from [`DISTANCES`] (a symmetric table if `symmetric`),
     /// CPUs on about 70 % and memory on about 85 % of the nodes, at least one with memory.

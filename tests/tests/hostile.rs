@@ -954,8 +954,8 @@ fn bad_topology_tables_are_refused() {
             }
         );
     }
-    // Off the diagonal, more than 10: Linux rejects a table with a remote distance of 10 or less.
-    for d in [0, 1, 9, 10] {
+    // Off the diagonal, at least 10 (a remote 10 is what numa=fake builds).
+    for d in [0, 1, 9] {
         assert_eq!(
             Topology::new(&[10, d, 20, 10], &two).unwrap_err(),
             TopologyError::BadDistance {
@@ -965,7 +965,7 @@ fn bad_topology_tables_are_refused() {
             }
         );
     }
-    for d in [11, 254, 255] {
+    for d in [10, 11, 254, 255] {
         assert!(Topology::new(&[10, d, d, 10], &two).is_ok(), "{d}");
     }
     // Initiators: out of range, CPU-less, on a CPU node, itself.

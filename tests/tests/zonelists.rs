@@ -390,8 +390,8 @@ fn a_1024_node_machine_equals_the_oracle() {
 
 #[test]
 fn fake_64_has_the_orders_of_numa_fake() {
-    // Linux's `numa=fake=64` has 10 everywhere. numaframe refuses a remote distance of 10, so the
-    // preset uses 11; the oracle, which takes any table, shows that the orders are Linux's.
+    // Linux's `numa=fake=64` has 10 everywhere, and so does the preset: its orders are the
+    // oracle's for that table.
     let spec = preset("fake-64").expect("preset");
     let infos = spec.node_infos();
     let n = infos.len();
