@@ -107,6 +107,13 @@ fn boot(layout: &Layout, bootargs: &str) -> String {
         text.lines().any(|l| l.starts_with(OK)),
         "the unikernel did not report success:\n{text}"
     );
+    let cpus = layout.cpus();
+    assert!(
+        text.contains(&format!(
+            "numaframe-unikernel: smp: {cpus} of {cpus} CPUs ran: "
+        )),
+        "every CPU ran the SMP workload:\n{text}"
+    );
     text
 }
 

@@ -76,9 +76,16 @@ impl Layout {
 
     /// `-M virt … -numa …` for this layout (without `-kernel`).
     pub fn qemu_args(&self) -> Vec<String> {
-        let mut a: Vec<String> = ["-M", "virt", "-cpu", "cortex-a57"]
-            .map(String::from)
-            .to_vec();
+        let mut a: Vec<String> = [
+            "-M",
+            "virt",
+            "-cpu",
+            "cortex-a57",
+            "-accel",
+            "tcg,thread=multi",
+        ]
+        .map(String::from)
+        .to_vec();
         a.push("-smp".into());
         a.push(self.cpus().to_string());
         a.push("-m".into());
