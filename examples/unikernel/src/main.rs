@@ -30,8 +30,8 @@ mod boot;
 mod pcp;
 #[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod smp;
-#[cfg(not(target_os = "none"))]
-#[allow(dead_code)]
+#[cfg(any(not(target_os = "none"), target_arch = "x86_64"))]
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
 mod srat;
 
 #[cfg(target_os = "none")]
@@ -43,6 +43,11 @@ mod aarch64;
 use aarch64 as arch;
 #[cfg(all(target_os = "none", target_arch = "aarch64", feature = "defmt"))]
 mod log;
+
+#[cfg(all(target_os = "none", target_arch = "x86_64"))]
+mod x86;
+#[cfg(all(target_os = "none", target_arch = "x86_64"))]
+use x86 as arch;
 
 #[cfg(not(target_os = "none"))]
 fn main() {

@@ -237,6 +237,10 @@ impl<'m, 'a> Smp<'m, 'a> {
     }
 
     /// The machine CPU index of `slot`.
+    #[cfg_attr(
+        target_arch = "x86_64",
+        allow(dead_code, reason = "only aarch64 starts CPUs")
+    )]
     pub fn cpu_of(&self, slot: usize) -> Option<usize> {
         self.cpus.get(slot).copied()
     }
@@ -423,7 +427,8 @@ impl<'m, 'a> Smp<'m, 'a> {
         let index = self.cpus[slot];
         let mut cpu = Cpu::claim(machine, index).ok_or(Failure::NoCpu(index))?;
         let node = cpu.node().ok_or(Failure::NoCpu(index))?;
-        let next = (slot + 1) % self.len();
+        // With one CPU there is no other to hand frames to.
+        let next = (self.len() > 1).then(|| (slot + 1) % self.len());
         let memory = machine.memory_nodes();
         let local = memory.contains(node);
         let mut interleave = TaskPolicy::new(machine, Policy::WeightedInterleave(memory), false)
@@ -457,15 +462,15 @@ impl<'m, 'a> Smp<'m, 'a> {
             for (i, &p) in held.iter().enumerate() {
                 let stamp = base | i as u64;
                 self.check(p, stamp)?;
-                if i >= HELD / 2 && self.post(next, p, stamp) {
+                if i >= HELD / 2 && next.is_some_and(|n| self.post(n, p, stamp)) {
                     continue;
                 }
                 cpu.free(p, Order::ZERO).map_err(Failure::Free)?;
                 ops.local_frees += 1;
             }
             self.take_mail(slot, &mut cpu, &mut ops)?;
-            if round % 8 == 7 {
-                pcp::drain_remote(machine, self.cpus[next]);
+            if let Some(n) = next.filter(|_| round % 8 == 7) {
+                pcp::drain_remote(machine, self.cpus[n]);
                 ops.drains += 1;
             }
 

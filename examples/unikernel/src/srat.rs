@@ -13,6 +13,10 @@
 //!
 //! What it prints are Linux's own boot-log lines for the same tables, so a test can compare
 //! them with Linux's.
+//!
+//! [`entries`] decodes the SRAT's subtables from the table's bytes. The `acpi` crate finds and
+//! maps the table, but its own SRAT entry iterator reads a subtable's one-byte length as two
+//! bytes (its `EntryHeader` has a `u16` length), so every entry it yields is misread.
 
 use core::fmt::{self, Write};
 
@@ -53,6 +57,58 @@ pub enum Entry {
         /// The non-volatile flag.
         nonvolatile: bool,
     },
+}
+
+/// Bytes of an SRAT before its first subtable: the common table header and 12 reserved bytes.
+pub const SRAT_HEADER: usize = 48;
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+}
+
+/// The processor and memory entries of the SRAT `table` (its whole bytes, header included),
+/// in table order. The walk stops at a subtable of length 0 or one that runs past the table,
+/// as Linux's does; a subtable shorter than its type's layout is skipped, other types too.
+pub fn entries(table: &[u8]) -> impl Iterator<Item = Entry> + '_ {
+    let mut at = SRAT_HEADER;
+    core::iter::from_fn(move || {
+        loop {
+            let (kind, len) = (*table.get(at)?, usize::from(*table.get(at + 1)?));
+            let e = table.get(at..at.checked_add(len)?).filter(|_| len > 0)?;
+            at += len;
+            match (kind, len) {
+                (0, 16..) => {
+                    return Some(Entry::Cpu {
+                        apic: u32::from(e[3]),
+                        x2apic: false,
+                        pxm: u32::from(e[2]) | (u32::from_le_bytes([e[9], e[10], e[11], 0]) << 8),
+                        enabled: le32(e, 4) & 1 != 0,
+                    });
+                }
+                (1, 40..) => {
+                    let flags = le32(e, 28);
+                    return Some(Entry::Memory {
+                        base: u64::from(le32(e, 8)) | (u64::from(le32(e, 12)) << 32),
+                        length: u64::from(le32(e, 16)) | (u64::from(le32(e, 20)) << 32),
+                        pxm: le32(e, 2),
+                        enabled: flags & 1 != 0,
+                        hotplug: flags & 2 != 0,
+                        nonvolatile: flags & 4 != 0,
+                    });
+                }
+                (2, 24..) => {
+                    return Some(Entry::Cpu {
+                        apic: le32(e, 8),
+                        x2apic: true,
+                        pxm: le32(e, 4),
+                        enabled: le32(e, 12) & 1 != 0,
+                    });
+                }
+                _ => {}
+            }
+        }
+    })
 }
 
 /// Tables that do not fit this kernel's storage.
@@ -105,14 +161,14 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Reads SRAT entries (`entries` yields them in table order; it is walked twice) of an SRAT
-    /// of `revision`, printing Linux's lines for each entry it keeps.
+    /// Reads the entries of an SRAT of `revision` (each call of `entries` yields them in table
+    /// order; it is called twice), printing Linux's lines for each entry it keeps.
     ///
     /// # Errors
     /// An [`SratError`] when the tables exceed this kernel's storage.
-    pub fn from_srat(
+    pub fn from_srat<I: Iterator<Item = Entry>>(
         revision: u8,
-        entries: impl Iterator<Item = Entry> + Clone,
+        entries: impl Fn() -> I,
         out: &mut dyn Write,
     ) -> Result<Layout, SratError> {
         let mut l = Layout {
@@ -124,7 +180,7 @@ impl Layout {
             nmemory: 0,
         };
         let narrow = |pxm: u32| if revision <= 1 { pxm & 0xff } else { pxm };
-        for e in entries.clone() {
+        for e in entries() {
             if let Entry::Cpu {
                 apic,
                 x2apic,
@@ -145,7 +201,7 @@ impl Layout {
                 }
             }
         }
-        for e in entries {
+        for e in entries() {
             if let Entry::Memory {
                 base,
                 length,
@@ -195,7 +251,8 @@ impl Layout {
     }
 
     /// The proximity domain of `node`.
-    pub fn pxm(&self, node: NodeId) -> Option<u32> {
+    #[cfg(test)]
+    fn pxm(&self, node: NodeId) -> Option<u32> {
         self.pxms[..self.nodes].get(node.index()).copied()
     }
 
@@ -223,7 +280,11 @@ impl Layout {
         let Some((table, count)) = slit else {
             return Ok(true);
         };
-        let at = |i: usize, j: usize| table.get(i * count + j).copied();
+        let at = |i: usize, j: usize| {
+            i.checked_mul(count)
+                .and_then(|k| k.checked_add(j))
+                .and_then(|k| table.get(k).copied())
+        };
         let valid = (0..count).all(|i| {
             (0..count).all(|j| match at(i, j) {
                 Some(d) if i == j => d == LOCAL,
@@ -321,7 +382,7 @@ mod tests {
             mem(0, 0, 0, false),
         ];
         let mut log = String::new();
-        let l = Layout::from_srat(1, entries.iter().copied(), &mut log).unwrap();
+        let l = Layout::from_srat(1, || entries.iter().copied(), &mut log).unwrap();
         assert_eq!(l.nodes(), 3);
         assert_eq!(
             [0, 1, 2].map(|n| l.pxm(NodeId::new(n)).unwrap()),
@@ -346,7 +407,7 @@ mod tests {
              ACPI: SRAT: Node 0 PXM 1 [mem 0x40000000-0x7fffffff]\n\
              ACPI: SRAT: Node 1 PXM 2 [mem 0x100000000-0x13fffffff]\n"
         );
-        let l2 = Layout::from_srat(2, entries.iter().copied(), &mut String::new()).unwrap();
+        let l2 = Layout::from_srat(2, || entries.iter().copied(), &mut String::new()).unwrap();
         assert_eq!(
             l2.pxm(NodeId::new(2)),
             Some(0x102),
@@ -385,10 +446,65 @@ mod tests {
         );
     }
 
+    /// Subtables as the ACPI specification lays them out, walked until a bad length.
+    #[test]
+    fn subtables_decode_from_their_bytes() {
+        let mut t = vec![0u8; SRAT_HEADER];
+        // Local APIC affinity: PXM 0x030201 (low byte and high bytes), APIC 7, enabled.
+        t.extend([0, 16, 0x01, 7, 1, 0, 0, 0, 0, 0x02, 0x03, 0, 0, 0, 0, 0]);
+        // A GICC affinity (type 3), skipped.
+        t.extend([3, 18, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // Memory affinity: PXM 5, base 0x1_0000_0000, length 0x2_4000_0000, enabled, hotplug.
+        let mut m = vec![1, 40, 5, 0, 0, 0, 0, 0];
+        m.extend([
+            0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x40, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0,
+        ]);
+        m.extend([0; 8]);
+        t.extend(&m);
+        // x2APIC affinity: PXM 0x104, x2APIC 0x1234, disabled.
+        t.extend([2, 24, 0, 0, 4, 1, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0]);
+        t.extend([0; 8]);
+        let good = t.len();
+        // A zero length ends the walk, and so does one past the end.
+        t.extend([0, 0, 0, 0]);
+        let all: Vec<Entry> = entries(&t).collect();
+        let want = [
+            Entry::Cpu {
+                apic: 7,
+                x2apic: false,
+                pxm: 0x03_0201,
+                enabled: true,
+            },
+            Entry::Memory {
+                base: 0x1_0000_0000,
+                length: 0x2_4000_0000,
+                pxm: 5,
+                enabled: true,
+                hotplug: true,
+                nonvolatile: false,
+            },
+            Entry::Cpu {
+                apic: 0x1234,
+                x2apic: true,
+                pxm: 0x104,
+                enabled: false,
+            },
+        ];
+        assert_eq!(all, want);
+        t.truncate(good);
+        t.extend([0, 16, 0, 0]);
+        assert_eq!(
+            entries(&t).count(),
+            3,
+            "a subtable past the end is not read"
+        );
+        assert_eq!(entries(&t[..10]).count(), 0);
+    }
+
     #[test]
     fn a_slit_with_a_remote_distance_of_ten_is_not_used() {
-        let l =
-            Layout::from_srat(1, [cpu(0, 0), cpu(1, 1)].into_iter(), &mut String::new()).unwrap();
+        let l = Layout::from_srat(1, || [cpu(0, 0), cpu(1, 1)].into_iter(), &mut String::new())
+            .unwrap();
         let mut log = String::new();
         let mut d = [0; 4];
         assert!(
@@ -425,10 +541,10 @@ mod tests {
             enabled: true,
         };
         let mut log = String::new();
-        let l = Layout::from_srat(1, [e].into_iter(), &mut log).unwrap();
+        let l = Layout::from_srat(1, || [e].into_iter(), &mut log).unwrap();
         assert_eq!(l.pxm(NodeId::new(0)), Some(0x300));
         assert_eq!(log, "SRAT: PXM 768 -> APIC 0x1234 -> Node 0\n");
-        let many = (0..=MAX_NODES as u32).map(|p| cpu(p, p));
+        let many = || (0..=MAX_NODES as u32).map(|p| cpu(p, p));
         assert_eq!(
             Layout::from_srat(2, many, &mut String::new()).unwrap_err(),
             SratError::TooManyDomains(MAX_NODES as u32)
