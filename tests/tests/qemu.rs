@@ -431,8 +431,10 @@ fn log_lines(text: &str, prefixes: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// The SRAT lines Linux x86 prints and the x86 unikernel prints the same way.
-const SRAT_LINES: [&str; 2] = ["SRAT: PXM ", "ACPI: SRAT: Node "];
+/// The SRAT lines (the node of each memory range's proximity domain) that Linux x86 prints at
+/// the default log level and the x86 unikernel prints the same way. (Linux's processor lines,
+/// `SRAT: PXM P -> APIC A -> Node N`, are not in its default boot log.)
+const SRAT_LINES: [&str; 1] = ["ACPI: SRAT: Node "];
 
 /// The Debian kernels for `arch` in `target/linux` (or `NUMAFRAME_LINUX_KERNELS`, paths
 /// separated by `:`, whose names end in `-arm64.vmlinuz` or `-amd64.vmlinuz`).

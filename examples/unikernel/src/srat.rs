@@ -11,8 +11,9 @@
 //!   elsewhere. A SLIT with a diagonal other than 10 or a remote distance of 10 or less is
 //!   rejected whole ("SLIT table looks invalid. Not used."), and every distance is then 10/20.
 //!
-//! What it prints are Linux's own boot-log lines for the same tables, so a test can compare
-//! them with Linux's.
+//! What it prints are Linux's lines for the same tables: the memory lines as Linux's default
+//! boot log has them (a test compares them with Linux's), the processor lines in the format of
+//! Linux's debug-level message.
 //!
 //! [`entries`] decodes the SRAT's subtables from the table's bytes. The `acpi` crate finds and
 //! maps the table, but its own SRAT entry iterator reads a subtable's one-byte length as two
