@@ -29,24 +29,32 @@ for target in x86_64-unknown-none aarch64-unknown-none; do
   cargo build -p numaframe --locked --all-features --target "$target" --quiet
 done
 
-step "unikernel: qemu-system-aarch64, clippy and the aarch64 ELF for the QEMU tests"
-# tests/tests/qemu.rs and fdt.rs boot QEMU's aarch64 `virt` machine; they fail (not skip)
-# without it. Debian's qemu-system-arm provides qemu-system-aarch64.
-if ! command -v qemu-system-aarch64 >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-arm >/dev/null
-  else
-    echo "error: qemu-system-aarch64 is missing: install the Debian package qemu-system-arm" >&2
-    exit 1
+step "unikernel: QEMU, clippy and the aarch64 and x86_64 ELFs for the QEMU tests"
+# tests/tests/qemu.rs and fdt.rs boot QEMU's aarch64 `virt` machine and its x86_64 `q35` machine;
+# they fail (not skip) without them. Debian's qemu-system-arm provides qemu-system-aarch64, and
+# qemu-system-x86 provides qemu-system-x86_64.
+apt_updated=
+for pair in qemu-system-aarch64:qemu-system-arm qemu-system-x86_64:qemu-system-x86; do
+  binary=${pair%%:*} package=${pair#*:}
+  if ! command -v "$binary" >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      [ -n "$apt_updated" ] || { apt-get update -qq >/dev/null; apt_updated=1; }
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" >/dev/null
+    else
+      echo "error: $binary is missing: install the Debian package $package" >&2
+      exit 1
+    fi
   fi
-fi
-qemu-system-aarch64 --version | head -n 1
+  "$binary" --version | head -n 1
+done
 cargo clippy -p numaframe-unikernel --locked --target aarch64-unknown-none --all-features -- -D warnings
+cargo clippy -p numaframe-unikernel --locked --target x86_64-unknown-none -- -D warnings
 # The QEMU tests build into these target directories themselves (their own, so they do not wait
 # for the lock the running `cargo test` holds); building here first keeps that a no-op.
-CARGO_TARGET_DIR=target/unikernel cargo build -p numaframe-unikernel --locked --release \
-  --target aarch64-unknown-none --quiet
+for target in aarch64-unknown-none x86_64-unknown-none; do
+  CARGO_TARGET_DIR=target/unikernel cargo build -p numaframe-unikernel --locked --release \
+    --target "$target" --quiet
+done
 CARGO_TARGET_DIR=target/unikernel-defmt cargo build -p numaframe-unikernel --locked --release \
   --target aarch64-unknown-none --features defmt --quiet
 

@@ -1,19 +1,27 @@
-//! Boots the `numaframe-unikernel` example under `qemu-system-aarch64 -M virt` with NUMA layouts
-//! given as `-numa` options, and checks what it prints over the PL011 UART:
+//! Boots the `numaframe-unikernel` example under `qemu-system-aarch64 -M virt` (every CPU at once,
+//! multi-threaded TCG) and under `qemu-system-x86_64 -M q35` (PVH) with NUMA layouts given as
+//! `-numa` options, and checks what it prints over its serial console:
 //! - the kernel-format fallback lines equal the reference (the seed's 4-node table from
 //!   `vectors/zonelists.json`) and what `numaframe zonelists` prints for the same layout;
 //! - with `numaframe.linux_boot_order` they equal Linux's boot-time order (Linux 6.7 and later:
 //!   a memoryless node is never in a list, its own included), computed by the O(N³) oracle;
-//! - huge pages from `hugepages=`, the policy runs and the heap all report success, and QEMU
-//!   exits with status 0 after PSCI `SYSTEM_OFF`;
+//! - huge pages from `hugepages=`, the policy runs and the heap all report success; on aarch64
+//!   every CPU ran the SMP workload and the boot CPU's invariant and free-count checks passed,
+//!   and QEMU exits with status 0 after PSCI `SYSTEM_OFF`; on x86_64 QEMU exits with 33 through
+//!   `isa-debug-exit`;
+//! - on x86_64 the nodes are numbered as x86 Linux numbers them from QEMU's SRAT (processor
+//!   domains first), so the lines equal the CLI's and the oracle's for the layout renumbered
+//!   that way, and a SLIT with a remote distance of 10 is rejected as Linux rejects it;
 //! - the `defmt` build logs its boot events over semihosting, and `defmt-decoder` (what
 //!   `defmt-print` runs) decodes them with the ELF's table into the same fallback orders.
 //!
-//! The tests need `qemu-system-aarch64` on `PATH` (Debian's `qemu-system-arm`; `scripts/test.sh`
-//! installs it) and fail with a message saying so when it is missing. They build the unikernel
-//! themselves (`cargo build --release -p numaframe-unikernel --target aarch64-unknown-none`) into
-//! `target/unikernel` (and `target/unikernel-defmt`), target directories of its own so the build does not wait for the lock
-//! that the running `cargo test` holds; `scripts/test.sh` builds them there beforehand.
+//! The tests need `qemu-system-aarch64` and `qemu-system-x86_64` on `PATH` (Debian's
+//! `qemu-system-arm` and `qemu-system-x86`; `scripts/test.sh` installs them) and fail with a
+//! message saying so when one is missing. They build the unikernel themselves (`cargo build
+//! --release -p numaframe-unikernel --target aarch64-unknown-none`, and `x86_64-unknown-none`)
+//! into `target/unikernel` (and `target/unikernel-defmt`), target directories of their own so
+//! the build does not wait for the lock that the running `cargo test` holds; `scripts/test.sh`
+//! builds them there beforehand.
 
 mod qemu_support;
 
@@ -24,13 +32,15 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use numaframe_tests::oracle::{Tables, build_all_zonelists};
-use qemu_support::{Layout, run_qemu, run_qemu_in, scratch, workspace};
+use qemu_support::{Arch, Layout, run_arch, run_arch_in, scratch, workspace};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const OK: &str = "numaframe-unikernel: ok:";
+/// QEMU's exit status when the x86 kernel writes its success code (0x10) to `isa-debug-exit`.
+const X86_SUCCESS: i32 = 33;
 
-/// Builds the unikernel (with `features`) into `target/<dir>` and returns the ELF.
-fn build(dir: &str, features: &[&str]) -> PathBuf {
+/// Builds the unikernel for `arch` (with `features`) into `target/<dir>` and returns the ELF.
+fn build(arch: Arch, dir: &str, features: &[&str]) -> PathBuf {
     let ws = workspace();
     let target_dir = ws.join("target").join(dir);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
@@ -41,7 +51,7 @@ fn build(dir: &str, features: &[&str]) -> PathBuf {
         "-p",
         "numaframe-unikernel",
         "--target",
-        "aarch64-unknown-none",
+        arch.target(),
     ];
     let list = features.join(",");
     if !features.is_empty() {
@@ -54,25 +64,30 @@ fn build(dir: &str, features: &[&str]) -> PathBuf {
         .status()
         .expect("cargo runs");
     assert!(status.success(), "building the unikernel failed: {status}");
-    let elf = target_dir.join("aarch64-unknown-none/release/numaframe-unikernel");
+    let elf = target_dir.join(format!("{}/release/numaframe-unikernel", arch.target()));
     assert!(elf.is_file(), "no ELF at {}", elf.display());
     elf
 }
 
-/// The unikernel ELF, built once per test binary.
-fn elf() -> PathBuf {
-    static ELF: OnceLock<PathBuf> = OnceLock::new();
-    ELF.get_or_init(|| build("unikernel", &[])).clone()
+/// The unikernel ELF for `arch`, built once per test binary.
+fn elf(arch: Arch) -> PathBuf {
+    static AARCH64: OnceLock<PathBuf> = OnceLock::new();
+    static X86_64: OnceLock<PathBuf> = OnceLock::new();
+    let cell = match arch {
+        Arch::Aarch64 => &AARCH64,
+        Arch::X86_64 => &X86_64,
+    };
+    cell.get_or_init(|| build(arch, "unikernel", &[])).clone()
 }
 
 /// QEMU's arguments to boot the unikernel on `layout` with `bootargs`, console on stdio.
-fn console_args(layout: &Layout, bootargs: &str) -> Vec<String> {
-    elf_args(&elf(), layout, bootargs)
+fn console_args(arch: Arch, layout: &Layout, bootargs: &str) -> Vec<String> {
+    elf_args(arch, &elf(arch), layout, bootargs)
 }
 
-/// [`console_args`] for a given ELF.
-fn elf_args(elf: &Path, layout: &Layout, bootargs: &str) -> Vec<String> {
-    let mut args = layout.qemu_args();
+/// [`console_args`] for a given ELF (or any kernel QEMU boots).
+fn elf_args(arch: Arch, elf: &Path, layout: &Layout, bootargs: &str) -> Vec<String> {
+    let mut args = layout.machine_args(arch);
     args.extend(
         [
             "-kernel",
@@ -92,20 +107,36 @@ fn elf_args(elf: &Path, layout: &Layout, bootargs: &str) -> Vec<String> {
     args
 }
 
-/// Boots the unikernel on `layout` with `bootargs`; returns the console text after checking
-/// that the run passed and QEMU exited 0.
-fn boot(layout: &Layout, bootargs: &str) -> String {
-    let run = run_qemu(&console_args(layout, bootargs), TIMEOUT);
+/// Boots the unikernel for `arch` on `layout` with `bootargs`; returns the console text after
+/// checking that the run passed (its SMP run on every CPU aarch64 starts included) and that
+/// QEMU's exit status says so.
+fn boot(arch: Arch, layout: &Layout, bootargs: &str) -> String {
+    let run = run_arch(arch, &console_args(arch, layout, bootargs), TIMEOUT);
     let text = run.stdout.replace('\r', "");
+    let exited_ok = match arch {
+        Arch::Aarch64 => run.status.success(),
+        Arch::X86_64 => run.status.code() == Some(X86_SUCCESS),
+    };
     assert!(
-        run.status.success(),
+        exited_ok,
         "qemu exited with {}: {}\n{text}",
-        run.status,
-        run.stderr
+        run.status, run.stderr
     );
     assert!(
         text.lines().any(|l| l.starts_with(OK)),
         "the unikernel did not report success:\n{text}"
+    );
+    let cpus = layout.cpus();
+    let ran = match arch {
+        Arch::Aarch64 => cpus,
+        // The x86 kernel starts no other CPU.
+        Arch::X86_64 => 1,
+    };
+    assert!(
+        text.contains(&format!(
+            "numaframe-unikernel: smp: {ran} of {cpus} CPUs ran: {ran} CPUs x "
+        )),
+        "the SMP run did not pass on {ran} CPUs:\n{text}"
     );
     text
 }
@@ -182,6 +213,7 @@ fn vector_lines(case: &str) -> Vec<String> {
 fn amd_4node_prints_the_seed_table() {
     let layout = Layout::amd_4node();
     let text = boot(
+        Arch::Aarch64,
         &layout,
         "hugepagesz=2M hugepages=8 numaframe.weights=3,3,1,1",
     );
@@ -230,7 +262,7 @@ fn amd_4node_prints_the_seed_table() {
 #[test]
 fn cpuless_and_memoryless_nodes_match_the_cli_and_linux_boot_order() {
     let layout = Layout::cpuless_memoryless();
-    let text = boot(&layout, "hugepages=0:1,2:3");
+    let text = boot(Arch::Aarch64, &layout, "hugepages=0:1,2:3");
     let lines = fallback_lines(&text);
     assert_eq!(
         lines.join("\n") + "\n",
@@ -243,7 +275,7 @@ fn cpuless_and_memoryless_nodes_match_the_cli_and_linux_boot_order() {
         "three nodes have memory:\n{text}"
     );
 
-    let boot_order = boot(&layout, "numaframe.linux_boot_order");
+    let boot_order = boot(Arch::Aarch64, &layout, "numaframe.linux_boot_order");
     let linux = fallback_lines(&boot_order);
     assert_eq!(
         linux.join("\n") + "\n",
@@ -265,8 +297,9 @@ fn cpuless_and_memoryless_nodes_match_the_cli_and_linux_boot_order() {
 
 #[test]
 fn a_bad_bootarg_is_reported_and_qemu_still_exits() {
-    let run = run_qemu(
-        &console_args(&Layout::amd_4node(), "numaframe.bogus"),
+    let run = run_arch(
+        Arch::Aarch64,
+        &console_args(Arch::Aarch64, &Layout::amd_4node(), "numaframe.bogus"),
         TIMEOUT,
     );
     assert!(
@@ -280,14 +313,14 @@ fn a_bad_bootarg_is_reported_and_qemu_still_exits() {
 
 #[test]
 fn the_defmt_build_logs_boot_events_that_decode() {
-    let elf = build("unikernel-defmt", &["defmt"]);
+    let elf = build(Arch::Aarch64, "unikernel-defmt", &["defmt"]);
     let dir = scratch("defmt");
     let _ = std::fs::remove_file(dir.join("defmt.bin"));
     let layout = Layout::amd_4node();
-    let mut args = elf_args(&elf, &layout, "hugepages=4");
+    let mut args = elf_args(Arch::Aarch64, &elf, &layout, "hugepages=4");
     args.extend(["-semihosting-config", "enable=on,target=native"].map(String::from));
     // Semihosting opens `defmt.bin` relative to QEMU's working directory.
-    let run = run_qemu_in(&args, TIMEOUT, &dir);
+    let run = run_arch_in(Arch::Aarch64, &args, TIMEOUT, &dir);
     assert!(
         run.status.success() && run.stdout.contains(OK),
         "{}",
@@ -381,72 +414,85 @@ fn linux_lines(text: &str) -> ((u32, u32), Vec<String>) {
             Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
         })
         .unwrap_or_else(|| panic!("no `Linux version` line in\n{text}"));
-    let lines = text
-        .lines()
-        .filter_map(|l| {
-            l.find("Fallback order for Node ")
-                .map(|i| l[i..].trim_end().to_string())
-        })
-        .collect();
-    (version, lines)
+    (version, log_lines(text, &["Fallback order for Node "]))
 }
 
-/// Opt-in: boots real Linux kernels (Debian's arm64 cloud kernels; fetch them with
-/// `examples/unikernel/scripts/fetch-linux.sh`, or name them in `NUMAFRAME_LINUX_KERNELS`,
-/// separated by `:`) on the test layouts and checks that the unikernel with
-/// `numaframe.linux_boot_order` prints Linux's boot-time lines, line for line. Before Linux 6.7
-/// a memoryless node comes first in its own list; that one difference is allowed for them.
-#[test]
-#[ignore = "boots real Linux kernels: run examples/unikernel/scripts/fetch-linux.sh first"]
-fn linux_prints_the_same_boot_order() {
-    let kernels: Vec<PathBuf> = match std::env::var_os("NUMAFRAME_LINUX_KERNELS") {
+/// The lines of `text` (a kernel log) that start with one of `prefixes` once a timestamp is cut
+/// off, without trailing spaces.
+fn log_lines(text: &str, prefixes: &[&str]) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            prefixes
+                .iter()
+                .filter_map(|p| l.find(p))
+                .min()
+                .map(|i| l[i..].trim_end().to_string())
+        })
+        .collect()
+}
+
+/// The SRAT lines (the node of each memory range's proximity domain) that Linux x86 prints at
+/// the default log level and the x86 unikernel prints the same way. (Linux's processor lines,
+/// `SRAT: PXM P -> APIC A -> Node N`, are not in its default boot log.)
+const SRAT_LINES: [&str; 1] = ["ACPI: SRAT: Node "];
+
+/// The Debian kernels for `arch` in `target/linux` (or `NUMAFRAME_LINUX_KERNELS`, paths
+/// separated by `:`, whose names end in `-arm64.vmlinuz` or `-amd64.vmlinuz`).
+fn linux_kernels(arch: Arch) -> Vec<PathBuf> {
+    let suffix = match arch {
+        Arch::Aarch64 => "-arm64.vmlinuz",
+        Arch::X86_64 => "-amd64.vmlinuz",
+    };
+    let all: Vec<PathBuf> = match std::env::var_os("NUMAFRAME_LINUX_KERNELS") {
         Some(list) => std::env::split_paths(&list).collect(),
         None => std::fs::read_dir(workspace().join("target/linux"))
-            .map(|d| {
-                d.filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|x| x == "vmlinuz"))
-                    .collect()
-            })
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default(),
     };
+    all.into_iter()
+        .filter(|p| p.to_str().is_some_and(|s| s.ends_with(suffix)))
+        .collect()
+}
+
+/// Boots each Debian kernel for `arch` on the test layouts and checks that the unikernel with
+/// `numaframe.linux_boot_order` prints Linux's boot-time fallback lines, line for line, and on
+/// x86 its SRAT lines too. Before Linux 6.7 a memoryless node comes first in its own list; that
+/// one difference is allowed for them.
+fn compare_with_linux(arch: Arch) {
+    let kernels = linux_kernels(arch);
     assert!(
         !kernels.is_empty(),
-        "no kernels: run examples/unikernel/scripts/fetch-linux.sh or set NUMAFRAME_LINUX_KERNELS"
+        "no {arch:?} kernels: run examples/unikernel/scripts/fetch-linux.sh or set NUMAFRAME_LINUX_KERNELS"
     );
+    let console = match arch {
+        Arch::Aarch64 => "console=ttyAMA0 panic=-1",
+        Arch::X86_64 => "console=ttyS0 panic=-1",
+    };
     for layout in [
         Layout::amd_4node(),
         Layout::cpuless_memoryless(),
         mixed_6node(),
     ] {
-        let ours: Vec<String> = fallback_lines(&boot(&layout, "numaframe.linux_boot_order"))
+        let text = boot(arch, &layout, "numaframe.linux_boot_order");
+        let ours: Vec<String> = fallback_lines(&text)
             .into_iter()
             .map(String::from)
             .collect();
+        // Linux's node of each line, to find the memoryless ones.
+        let numbering = match arch {
+            Arch::Aarch64 => (0..layout.nodes.len()).collect(),
+            Arch::X86_64 => x86_numbering(&layout),
+        };
         for kernel in &kernels {
-            let mut args = layout.qemu_args();
-            args.extend(
-                [
-                    "-kernel",
-                    kernel.to_str().expect("UTF-8 path"),
-                    "-append",
-                    "console=ttyAMA0 panic=-1",
-                    "-display",
-                    "none",
-                    "-monitor",
-                    "none",
-                    "-serial",
-                    "stdio",
-                    "-no-reboot",
-                ]
-                .map(String::from),
-            );
-            let run = run_qemu(&args, Duration::from_secs(180));
-            let ((major, minor), linux) = linux_lines(&run.stdout.replace('\r', ""));
+            let args = elf_args(arch, kernel, &layout, console);
+            let run = run_arch(arch, &args, Duration::from_secs(300));
+            let log = run.stdout.replace('\r', "");
+            let ((major, minor), linux) = linux_lines(&log);
             let want: Vec<String> = ours
                 .iter()
                 .enumerate()
                 .map(|(node, line)| {
-                    let memoryless = layout.nodes[node].mem_mib == 0;
+                    let memoryless = layout.nodes[numbering[node]].mem_mib == 0;
                     if memoryless && (major, minor) < (6, 7) {
                         let (head, order) = line.split_once(": ").expect("a fallback line");
                         format!("{head}: {node} {order}")
@@ -456,20 +502,45 @@ fn linux_prints_the_same_boot_order() {
                 })
                 .collect();
             println!(
-                "Linux {major}.{minor} on {} nodes:\n{}",
+                "Linux {major}.{minor} ({arch:?}) on {} nodes:\n{}",
                 layout.nodes.len(),
                 linux.join("\n")
             );
             assert_eq!(linux, want, "Linux {major}.{minor} ({})", kernel.display());
+            if arch == Arch::X86_64 {
+                let theirs = log_lines(&log, &SRAT_LINES);
+                println!("{}", theirs.join("\n"));
+                assert_eq!(
+                    theirs,
+                    log_lines(&text, &SRAT_LINES),
+                    "SRAT lines of Linux {major}.{minor}"
+                );
+            }
         }
     }
+}
+
+/// Opt-in: Debian's arm64 cloud kernels (fetch them with
+/// `examples/unikernel/scripts/fetch-linux.sh arm64`) against the aarch64 unikernel.
+#[test]
+#[ignore = "boots real Linux kernels: run examples/unikernel/scripts/fetch-linux.sh first"]
+fn linux_prints_the_same_boot_order() {
+    compare_with_linux(Arch::Aarch64);
+}
+
+/// Opt-in: Debian's amd64 cloud kernels (`examples/unikernel/scripts/fetch-linux.sh amd64`)
+/// against the x86 unikernel: the fallback lines and the SRAT node mapping.
+#[test]
+#[ignore = "boots real Linux kernels: run examples/unikernel/scripts/fetch-linux.sh amd64 first"]
+fn linux_x86_prints_the_same_boot_order_and_srat_mapping() {
+    compare_with_linux(Arch::X86_64);
 }
 
 #[test]
 fn six_asymmetric_nodes_match_the_cli_both_ways() {
     let layout = mixed_6node();
     for (bootargs, linux_boot_order) in [("", false), ("numaframe.linux_boot_order", true)] {
-        let text = boot(&layout, bootargs);
+        let text = boot(Arch::Aarch64, &layout, bootargs);
         let lines = fallback_lines(&text);
         assert_eq!(
             lines.join("\n") + "\n",
@@ -478,4 +549,166 @@ fn six_asymmetric_nodes_match_the_cli_both_ways() {
         );
         assert_eq!(lines, oracle_lines(&layout, linux_boot_order), "{bootargs}");
     }
+}
+
+/// x86 Linux's numbering of a QEMU layout: entry `i` is the QEMU node (proximity domain) that
+/// Linux calls node `i`. QEMU's SRAT lists the processors in CPU order, then the memory of each
+/// node with memory in node order, with the node id as proximity domain; Linux numbers the
+/// domains in the order it meets them, all processors first.
+fn x86_numbering(layout: &Layout) -> Vec<usize> {
+    let mut cpus: Vec<(u32, usize)> = layout
+        .nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(node, n)| n.cpus.iter().map(move |c| (*c, node)))
+        .collect();
+    cpus.sort_unstable();
+    let mut order = Vec::new();
+    let memory = (0..layout.nodes.len()).filter(|n| layout.nodes[*n].mem_mib > 0);
+    for node in cpus.into_iter().map(|(_, node)| node).chain(memory) {
+        if !order.contains(&node) {
+            order.push(node);
+        }
+    }
+    order
+}
+
+/// `layout` with its nodes renumbered: node `i` is `layout`'s node `order[i]`.
+fn renumbered(layout: &Layout, order: &[usize]) -> Layout {
+    Layout {
+        nodes: order.iter().map(|n| layout.nodes[*n].clone()).collect(),
+        distances: order
+            .iter()
+            .map(|a| order.iter().map(|b| layout.distances[*a][*b]).collect())
+            .collect(),
+    }
+}
+
+/// `(node, pxm)` of every `ACPI: SRAT: Node N PXM P` line.
+fn srat_nodes(text: &str) -> Vec<(usize, usize)> {
+    let mut pairs: Vec<(usize, usize)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("ACPI: SRAT: Node "))
+        .filter_map(|rest| {
+            let mut words = rest.split(' ');
+            let node = words.next()?.parse().ok()?;
+            (words.next()? == "PXM").then_some(())?;
+            Some((node, words.next()?.parse().ok()?))
+        })
+        .collect();
+    pairs.dedup();
+    pairs
+}
+
+#[test]
+fn x86_amd_4node_prints_the_seed_table() {
+    let layout = Layout::amd_4node();
+    assert_eq!(x86_numbering(&layout), [0, 1, 2, 3]);
+    let text = boot(
+        Arch::X86_64,
+        &layout,
+        "hugepagesz=2M hugepages=8 numaframe.weights=3,3,1,1",
+    );
+    println!("{text}");
+    let lines = fallback_lines(&text);
+    assert_eq!(lines, vector_lines("amd-4node"));
+    assert_eq!(
+        lines.join("\n") + "\n",
+        cli_zonelists(&layout, false, "x86-amd"),
+        "the same lines as `numaframe zonelists`"
+    );
+    assert_eq!(srat_nodes(&text), [(0, 0), (1, 1), (2, 2), (3, 3)]);
+    assert!(
+        text.contains("numaframe-unikernel: page tables: ")
+            && text.contains("table frames and gave them back"),
+        "the kernel runs on page tables from numaframe frames:\n{text}"
+    );
+    for node in 0..4 {
+        assert!(
+            text.contains(&format!("HugeTLB: node {node}: 2 x 2.00 MiB, 0 x 1.00 GiB")),
+            "8 balanced pages are 2 per node:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("policy local: 784 frames on nodes 0:784"),
+        "{text}"
+    );
+    assert!(text.contains("policy weighted-interleave: "), "{text}");
+}
+
+#[test]
+fn x86_nodes_are_numbered_as_linux_numbers_them() {
+    let mixed = Layout::cpuless_memoryless();
+    // Processors first: PXM 0, 1, then 3 (CPUs 2 and 3, no memory); then PXM 2 (memory only).
+    assert_eq!(x86_numbering(&mixed), [0, 1, 3, 2]);
+    for (layout, name) in [(mixed, "x86-mixed"), (mixed_6node(), "x86-six")] {
+        let order = x86_numbering(&layout);
+        let linux = renumbered(&layout, &order);
+        for (bootargs, linux_boot_order) in [("", false), ("numaframe.linux_boot_order", true)] {
+            let text = boot(Arch::X86_64, &layout, bootargs);
+            let lines = fallback_lines(&text);
+            assert_eq!(
+                lines.join("\n") + "\n",
+                cli_zonelists(&linux, linux_boot_order, name),
+                "{name} {bootargs}:\n{text}"
+            );
+            assert_eq!(
+                lines,
+                oracle_lines(&linux, linux_boot_order),
+                "{name} {bootargs}"
+            );
+            let mut want: Vec<(usize, usize)> = order
+                .iter()
+                .enumerate()
+                .filter(|(_, pxm)| layout.nodes[**pxm].mem_mib > 0)
+                .map(|(node, pxm)| (node, *pxm))
+                .collect();
+            want.sort_by_key(|(_, pxm)| *pxm);
+            assert_eq!(srat_nodes(&text), want, "{name}: the SRAT mapping:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn x86_a_slit_with_a_remote_distance_of_ten_is_not_used() {
+    let layout = Layout {
+        nodes: (0..3)
+            .map(|i| qemu_support::NodeDesc {
+                mem_mib: 256,
+                cpus: vec![i],
+            })
+            .collect(),
+        distances: vec![vec![10, 10, 30], vec![10, 10, 25], vec![30, 25, 10]],
+    };
+    let text = boot(Arch::X86_64, &layout, "");
+    assert!(
+        text.contains("ACPI: SLIT table looks invalid. Not used."),
+        "{text}"
+    );
+    let linux = Layout {
+        distances: vec![vec![10, 20, 20], vec![20, 10, 20], vec![20, 20, 10]],
+        ..layout
+    };
+    assert_eq!(fallback_lines(&text), oracle_lines(&linux, false));
+}
+
+#[test]
+fn x86_a_bad_bootarg_is_reported_and_qemu_exits_with_failure() {
+    let run = run_arch(
+        Arch::X86_64,
+        &console_args(Arch::X86_64, &Layout::amd_4node(), "numaframe.bogus"),
+        TIMEOUT,
+    );
+    assert!(
+        run.stdout
+            .contains("numaframe-unikernel: FAILED: bad bootarg `numaframe.bogus`"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.status.code(),
+        Some(35),
+        "isa-debug-exit with the failure code"
+    );
+    assert!(!run.stdout.contains(OK));
 }

@@ -1,5 +1,6 @@
 //! What the unikernel does once it knows its machine, written against numaframe's public API
-//! only and free of anything aarch64, so the host tests run it on a simulated machine too.
+//! only and free of anything platform-specific, so the host tests run it on a simulated machine
+//! too.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -15,7 +16,7 @@ use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BulkFreeError, FreeError, InvariantError, Machine, MemoryRange, NodeId, NodeInfo,
-    NodeMask, Order, PAGE_SIZE, Pfn, PhysRange, PolicyError,
+    NodeMask, Order, PAGE_SIZE, Pfn, PhysRange, PolicyError, ZoneKind,
 };
 
 /// The most NUMA nodes the unikernel's static tables hold.
@@ -193,6 +194,66 @@ pub enum Failure {
     Heap(&'static str),
     /// Writing to the console failed.
     Console,
+    /// A frame from a CPU's own node came from elsewhere although the node has memory.
+    Placement {
+        /// The CPU's node.
+        want: NodeId,
+        /// Where the frame is.
+        got: Option<NodeId>,
+        /// The frame.
+        pfn: Pfn,
+    },
+    /// A frame no longer holds the stamp its owner wrote: two owners at once.
+    Stamp {
+        /// The frame.
+        pfn: Pfn,
+        /// What its owner wrote.
+        stamp: u64,
+        /// What it holds.
+        found: u64,
+    },
+    /// The platform cannot map a frame the machine handed out.
+    Unmapped(Pfn),
+    /// The machine has no CPU of this index.
+    NoCpu(usize),
+    /// The SMP run broke down.
+    Smp(&'static str),
+    /// Atomic or spin-locked increments of all CPUs went missing.
+    Atomics {
+        /// Increments made.
+        want: u64,
+        /// What the atomic counter holds.
+        counted: u64,
+        /// What the locked counter holds.
+        locked: u64,
+    },
+    /// Frames are still cached after draining every CPU.
+    Cached(u64),
+    /// A node's huge-page pools are not as before the run.
+    HugePool {
+        /// The node.
+        node: NodeId,
+    },
+    /// A zone's free pages are not as before the run.
+    FreePages {
+        /// The node.
+        node: NodeId,
+        /// The zone.
+        zone: ZoneKind,
+        /// Free pages before.
+        before: u64,
+        /// Free pages after.
+        after: u64,
+    },
+    /// A node's free pages plus its heap frames are not as before the run.
+    FreePagesWithHeap {
+        /// The node.
+        node: NodeId,
+        /// Free pages and heap frames before.
+        before: u64,
+        /// Free pages and heap frames after.
+        after: u64,
+    },
 }
 
 impl fmt::Display for Failure {
@@ -206,6 +267,43 @@ impl fmt::Display for Failure {
             Failure::OutOfMemory(what) => write!(f, "out of memory: {what}"),
             Failure::Heap(what) => write!(f, "heap: {what}"),
             Failure::Console => f.write_str("console write failed"),
+            Failure::Placement { want, got, pfn } => {
+                write!(f, "frame {pfn:?} of node {want} is on node {got:?}")
+            }
+            Failure::Stamp { pfn, stamp, found } => write!(
+                f,
+                "frame {pfn:?} holds {found:#x}, its owner wrote {stamp:#x}"
+            ),
+            Failure::Unmapped(pfn) => write!(f, "frame {pfn:?} cannot be mapped"),
+            Failure::NoCpu(i) => write!(f, "the machine has no cpu{i}"),
+            Failure::Smp(what) => write!(f, "smp: {what}"),
+            Failure::Atomics {
+                want,
+                counted,
+                locked,
+            } => write!(
+                f,
+                "{want} increments left {counted} in the atomic counter and {locked} in the locked one"
+            ),
+            Failure::Cached(n) => write!(f, "{n} frames still cached after draining every CPU"),
+            Failure::HugePool { node } => write!(f, "node {node}: huge-page pools changed"),
+            Failure::FreePages {
+                node,
+                zone,
+                before,
+                after,
+            } => write!(
+                f,
+                "node {node} {zone:?}: {after} free pages, {before} before"
+            ),
+            Failure::FreePagesWithHeap {
+                node,
+                before,
+                after,
+            } => write!(
+                f,
+                "node {node}: {after} free pages and heap frames, {before} before"
+            ),
         }
     }
 }

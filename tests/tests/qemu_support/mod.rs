@@ -1,5 +1,6 @@
-//! Shared by the QEMU tests (`qemu.rs`, `fdt.rs`): NUMA layouts as QEMU options and as the
-//! hosted CLI's TOML, and running `qemu-system-aarch64` with a timeout.
+//! Shared by the QEMU tests (`qemu.rs`, `fdt.rs`): NUMA layouts as QEMU options (for the
+//! aarch64 `virt` machine and the x86_64 `q35` machine) and as the hosted CLI's TOML, and
+//! running `qemu-system-aarch64` or `qemu-system-x86_64` with a timeout.
 #![allow(dead_code)]
 
 use std::fmt::Write as _;
@@ -7,6 +8,41 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+/// The QEMU system emulator and machine a test boots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// `qemu-system-aarch64 -M virt -cpu cortex-a57`, every CPU a host thread.
+    Aarch64,
+    /// `qemu-system-x86_64 -M q35` with the `isa-debug-exit` device.
+    X86_64,
+}
+
+impl Arch {
+    /// The emulator's file name.
+    pub fn binary_name(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "qemu-system-aarch64",
+            Arch::X86_64 => "qemu-system-x86_64",
+        }
+    }
+
+    /// The Debian package that provides it.
+    pub fn package(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "qemu-system-arm",
+            Arch::X86_64 => "qemu-system-x86",
+        }
+    }
+
+    /// The Rust target the unikernel builds for.
+    pub fn target(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "aarch64-unknown-none",
+            Arch::X86_64 => "x86_64-unknown-none",
+        }
+    }
+}
 
 /// One NUMA node of a QEMU machine.
 #[derive(Clone, Debug)]
@@ -17,7 +53,7 @@ pub struct NodeDesc {
     pub cpus: Vec<u32>,
 }
 
-/// A NUMA layout for QEMU's `virt` machine.
+/// A NUMA layout for a QEMU machine.
 #[derive(Clone, Debug)]
 pub struct Layout {
     pub nodes: Vec<NodeDesc>,
@@ -76,9 +112,18 @@ impl Layout {
 
     /// `-M virt … -numa …` for this layout (without `-kernel`).
     pub fn qemu_args(&self) -> Vec<String> {
-        let mut a: Vec<String> = ["-M", "virt", "-cpu", "cortex-a57"]
-            .map(String::from)
-            .to_vec();
+        self.machine_args(Arch::Aarch64)
+    }
+
+    /// The machine, CPUs, memory and `-numa` options of this layout for `arch` (without
+    /// `-kernel`).
+    pub fn machine_args(&self, arch: Arch) -> Vec<String> {
+        let machine: &[&str] = match arch {
+            Arch::Aarch64 => &["-M", "virt", "-cpu", "cortex-a57"],
+            Arch::X86_64 => &["-M", "q35", "-device", "isa-debug-exit"],
+        };
+        let mut a: Vec<String> = machine.iter().map(|s| s.to_string()).collect();
+        a.extend(["-accel", "tcg,thread=multi"].map(String::from));
         a.push("-smp".into());
         a.push(self.cpus().to_string());
         a.push("-m".into());
@@ -125,17 +170,19 @@ impl Layout {
     }
 }
 
-/// `qemu-system-aarch64` from `PATH`; a test without it fails rather than passing silently.
-pub fn qemu_binary() -> PathBuf {
+/// The emulator for `arch` from `PATH`; a test without it fails rather than passing silently.
+pub fn qemu_binary(arch: Arch) -> PathBuf {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
-            .map(|p| p.join("qemu-system-aarch64"))
+            .map(|p| p.join(arch.binary_name()))
             .find(|p| p.is_file())
     });
     found.unwrap_or_else(|| {
         panic!(
-            "qemu-system-aarch64 is not on PATH: install the Debian package qemu-system-arm \
-             (scripts/test.sh does so when it runs as root)"
+            "{} is not on PATH: install the Debian package {} \
+             (scripts/test.sh does so when it runs as root)",
+            arch.binary_name(),
+            arch.package()
         )
     })
 }
@@ -147,21 +194,33 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// Runs QEMU with `args`, killing it after `timeout`.
+/// Runs `qemu-system-aarch64` with `args`, killing it after `timeout`.
 pub fn run_qemu(args: &[String], timeout: Duration) -> Run {
-    run_qemu_in(args, timeout, &std::env::temp_dir())
+    run_arch(Arch::Aarch64, args, timeout)
 }
 
-/// Runs QEMU with `args` in the working directory `cwd`, killing it after `timeout`.
+/// Runs the emulator of `arch` with `args`, killing it after `timeout`.
+pub fn run_arch(arch: Arch, args: &[String], timeout: Duration) -> Run {
+    run_arch_in(arch, args, timeout, &std::env::temp_dir())
+}
+
+/// Runs `qemu-system-aarch64` with `args` in the working directory `cwd`, killing it after
+/// `timeout`.
 pub fn run_qemu_in(args: &[String], timeout: Duration, cwd: &Path) -> Run {
-    let mut child = Command::new(qemu_binary())
+    run_arch_in(Arch::Aarch64, args, timeout, cwd)
+}
+
+/// Runs the emulator of `arch` with `args` in the working directory `cwd`, killing it after
+/// `timeout`.
+pub fn run_arch_in(arch: Arch, args: &[String], timeout: Duration, cwd: &Path) -> Run {
+    let mut child = Command::new(qemu_binary(arch))
         .current_dir(cwd)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("qemu-system-aarch64 starts");
+        .expect("qemu starts");
     let mut out = child.stdout.take().expect("piped stdout");
     let mut err = child.stderr.take().expect("piped stderr");
     let reader = std::thread::spawn(move || {

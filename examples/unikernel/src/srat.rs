@@ -1,0 +1,554 @@
+//! Linux's rules for the NUMA layout that ACPI describes, over SRAT and SLIT entries that the
+//! `acpi` crate has already decoded (`drivers/acpi/numa/srat.c`, `arch/x86/mm/srat.c`):
+//!
+//! - **Node numbers** are not proximity domains: the first proximity domain Linux meets gets
+//!   node 0, the next new one node 1, and so on (`acpi_map_pxm_to_node`). It reads the SRAT
+//!   twice: first every processor-affinity entry (xAPIC and x2APIC, in table order), then every
+//!   memory-affinity entry. Disabled entries are skipped before their domain is numbered. An
+//!   SRAT of revision 1 or older names a domain with its low 8 bits only.
+//! - **Distances** come from the SLIT, indexed by proximity domain: `dist(a, b)` is the entry
+//!   of `(pxm(a), pxm(b))` when both lie inside the table, else 10 on the diagonal and 20
+//!   elsewhere. A SLIT with a diagonal other than 10 or a remote distance of 10 or less is
+//!   rejected whole ("SLIT table looks invalid. Not used."), and every distance is then 10/20.
+//!
+//! What it prints are Linux's lines for the same tables: the memory lines as Linux's default
+//! boot log has them (a test compares them with Linux's), the processor lines in the format of
+//! Linux's debug-level message.
+//!
+//! [`entries`] decodes the SRAT's subtables from the table's bytes. The `acpi` crate finds and
+//! maps the table, but its own SRAT entry iterator reads a subtable's one-byte length as two
+//! bytes (its `EntryHeader` has a `u16` length), so every entry it yields is misread.
+
+use core::fmt::{self, Write};
+
+use numaframe::{MemoryRange, NodeId, PAGE_SIZE, Pfn, PhysRange};
+
+use crate::boot::{MAX_CPUS, MAX_NODES, MAX_RANGES};
+
+/// Linux's `LOCAL_DISTANCE` and `REMOTE_DISTANCE`.
+const LOCAL: u8 = 10;
+const REMOTE: u8 = 20;
+
+/// One SRAT entry, as far as NUMA numbering cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// A processor: local APIC (`x2apic: false`) or local x2APIC affinity.
+    Cpu {
+        /// The APIC id.
+        apic: u32,
+        /// An x2APIC entry.
+        x2apic: bool,
+        /// The proximity domain as the entry holds it (all 32 bits).
+        pxm: u32,
+        /// The entry's enabled flag.
+        enabled: bool,
+    },
+    /// A memory range.
+    Memory {
+        /// First byte.
+        base: u64,
+        /// Bytes.
+        length: u64,
+        /// The proximity domain.
+        pxm: u32,
+        /// The entry's enabled flag.
+        enabled: bool,
+        /// The hot-pluggable flag.
+        hotplug: bool,
+        /// The non-volatile flag.
+        nonvolatile: bool,
+    },
+}
+
+/// Bytes of an SRAT before its first subtable: the common table header and 12 reserved bytes.
+pub const SRAT_HEADER: usize = 48;
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+}
+
+/// The processor and memory entries of the SRAT `table` (its whole bytes, header included),
+/// in table order. The walk stops at a subtable of length 0 or one that runs past the table,
+/// as Linux's does; a subtable shorter than its type's layout is skipped, other types too.
+pub fn entries(table: &[u8]) -> impl Iterator<Item = Entry> + '_ {
+    let mut at = SRAT_HEADER;
+    core::iter::from_fn(move || {
+        loop {
+            let (kind, len) = (*table.get(at)?, usize::from(*table.get(at + 1)?));
+            let e = table.get(at..at.checked_add(len)?).filter(|_| len > 0)?;
+            at += len;
+            match (kind, len) {
+                (0, 16..) => {
+                    return Some(Entry::Cpu {
+                        apic: u32::from(e[3]),
+                        x2apic: false,
+                        pxm: u32::from(e[2]) | (u32::from_le_bytes([e[9], e[10], e[11], 0]) << 8),
+                        enabled: le32(e, 4) & 1 != 0,
+                    });
+                }
+                (1, 40..) => {
+                    let flags = le32(e, 28);
+                    return Some(Entry::Memory {
+                        base: u64::from(le32(e, 8)) | (u64::from(le32(e, 12)) << 32),
+                        length: u64::from(le32(e, 16)) | (u64::from(le32(e, 20)) << 32),
+                        pxm: le32(e, 2),
+                        enabled: flags & 1 != 0,
+                        hotplug: flags & 2 != 0,
+                        nonvolatile: flags & 4 != 0,
+                    });
+                }
+                (2, 24..) => {
+                    return Some(Entry::Cpu {
+                        apic: le32(e, 8),
+                        x2apic: true,
+                        pxm: le32(e, 4),
+                        enabled: le32(e, 12) & 1 != 0,
+                    });
+                }
+                _ => {}
+            }
+        }
+    })
+}
+
+/// Tables that do not fit this kernel's storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SratError {
+    /// More proximity domains than [`MAX_NODES`]; the first one left out.
+    TooManyDomains(u32),
+    /// More enabled processors than [`MAX_CPUS`].
+    TooManyCpus,
+    /// More memory ranges than [`MAX_RANGES`].
+    TooManyRanges,
+    /// Writing to the console failed.
+    Console,
+}
+
+impl fmt::Display for SratError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SratError::TooManyDomains(pxm) => {
+                write!(
+                    f,
+                    "SRAT: more than {MAX_NODES} proximity domains (PXM {pxm})"
+                )
+            }
+            SratError::TooManyCpus => write!(f, "SRAT: more than {MAX_CPUS} processors"),
+            SratError::TooManyRanges => write!(f, "SRAT: more than {MAX_RANGES} memory ranges"),
+            SratError::Console => f.write_str("console write failed"),
+        }
+    }
+}
+
+impl From<fmt::Error> for SratError {
+    fn from(_: fmt::Error) -> Self {
+        SratError::Console
+    }
+}
+
+/// The machine an SRAT describes, numbered as Linux numbers it.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// The proximity domain of each node.
+    pxms: [u32; MAX_NODES],
+    nodes: usize,
+    /// APIC id and node of each enabled processor, in SRAT order (the machine's CPU order).
+    cpus: [(u32, NodeId); MAX_CPUS],
+    ncpus: usize,
+    /// The enabled memory ranges in bytes, with their node.
+    memory: [(u64, u64, NodeId); MAX_RANGES],
+    nmemory: usize,
+}
+
+impl Layout {
+    /// Reads the entries of an SRAT of `revision` (each call of `entries` yields them in table
+    /// order; it is called twice), printing Linux's lines for each entry it keeps.
+    ///
+    /// # Errors
+    /// An [`SratError`] when the tables exceed this kernel's storage.
+    pub fn from_srat<I: Iterator<Item = Entry>>(
+        revision: u8,
+        entries: impl Fn() -> I,
+        out: &mut dyn Write,
+    ) -> Result<Layout, SratError> {
+        let mut l = Layout {
+            pxms: [0; MAX_NODES],
+            nodes: 0,
+            cpus: [(0, NodeId::new(0)); MAX_CPUS],
+            ncpus: 0,
+            memory: [(0, 0, NodeId::new(0)); MAX_RANGES],
+            nmemory: 0,
+        };
+        let narrow = |pxm: u32| if revision <= 1 { pxm & 0xff } else { pxm };
+        for e in entries() {
+            if let Entry::Cpu {
+                apic,
+                x2apic,
+                pxm,
+                enabled: true,
+            } = e
+            {
+                // x2APIC entries always carry all 32 bits of their domain.
+                let pxm = if x2apic { pxm } else { narrow(pxm) };
+                let node = l.map(pxm)?;
+                let slot = l.cpus.get_mut(l.ncpus).ok_or(SratError::TooManyCpus)?;
+                *slot = (apic, node);
+                l.ncpus += 1;
+                if x2apic {
+                    writeln!(out, "SRAT: PXM {pxm} -> APIC {apic:#06x} -> Node {node}")?;
+                } else {
+                    writeln!(out, "SRAT: PXM {pxm} -> APIC {apic:#04x} -> Node {node}")?;
+                }
+            }
+        }
+        for e in entries() {
+            if let Entry::Memory {
+                base,
+                length,
+                pxm,
+                enabled: true,
+                hotplug,
+                nonvolatile,
+            } = e
+            {
+                let pxm = narrow(pxm);
+                let node = l.map(pxm)?;
+                let slot = l
+                    .memory
+                    .get_mut(l.nmemory)
+                    .ok_or(SratError::TooManyRanges)?;
+                *slot = (base, length, node);
+                l.nmemory += 1;
+                writeln!(
+                    out,
+                    "ACPI: SRAT: Node {node} PXM {pxm} [mem {base:#010x}-{:#010x}]{}{}",
+                    base.saturating_add(length).saturating_sub(1),
+                    if hotplug { " hotplug" } else { "" },
+                    if nonvolatile { " non-volatile" } else { "" },
+                )?;
+            }
+        }
+        Ok(l)
+    }
+
+    /// The node of `pxm`, numbering it if it is new (`acpi_map_pxm_to_node`).
+    fn map(&mut self, pxm: u32) -> Result<NodeId, SratError> {
+        if let Some(i) = self.pxms[..self.nodes].iter().position(|p| *p == pxm) {
+            return Ok(NodeId::new(i));
+        }
+        let slot = self
+            .pxms
+            .get_mut(self.nodes)
+            .ok_or(SratError::TooManyDomains(pxm))?;
+        *slot = pxm;
+        self.nodes += 1;
+        Ok(NodeId::new(self.nodes - 1))
+    }
+
+    /// Nodes: every proximity domain an enabled entry named.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// The proximity domain of `node`.
+    #[cfg(test)]
+    fn pxm(&self, node: NodeId) -> Option<u32> {
+        self.pxms[..self.nodes].get(node.index()).copied()
+    }
+
+    /// APIC id and node of each enabled processor, in SRAT order.
+    pub fn cpus(&self) -> &[(u32, NodeId)] {
+        &self.cpus[..self.ncpus]
+    }
+
+    /// Writes the node distances (`out[a * nodes + b]`) from a SLIT of `localities` domains
+    /// whose entry `(i, j)` is `slit[i * localities + j]`, or Linux's defaults without one.
+    /// Returns `false` (after printing Linux's line) when the SLIT was rejected.
+    ///
+    /// # Errors
+    /// [`SratError::Console`] if printing fails.
+    pub fn distances(
+        &self,
+        slit: Option<(&[u8], usize)>,
+        out: &mut [u8],
+        log: &mut dyn Write,
+    ) -> Result<bool, SratError> {
+        let n = self.nodes;
+        for (i, d) in out.iter_mut().take(n * n).enumerate() {
+            *d = if i / n == i % n { LOCAL } else { REMOTE };
+        }
+        let Some((table, count)) = slit else {
+            return Ok(true);
+        };
+        let at = |i: usize, j: usize| {
+            i.checked_mul(count)
+                .and_then(|k| k.checked_add(j))
+                .and_then(|k| table.get(k).copied())
+        };
+        let valid = (0..count).all(|i| {
+            (0..count).all(|j| match at(i, j) {
+                Some(d) if i == j => d == LOCAL,
+                Some(d) => d > LOCAL,
+                None => false,
+            })
+        });
+        if !valid {
+            writeln!(log, "ACPI: SLIT table looks invalid. Not used.")?;
+            return Ok(false);
+        }
+        for a in 0..n {
+            for b in 0..n {
+                let (pa, pb) = (self.pxms[a] as usize, self.pxms[b] as usize);
+                if pa < count
+                    && pb < count
+                    && let (Some(d), Some(slot)) = (at(pa, pb), out.get_mut(a * n + b))
+                {
+                    *slot = d;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes the parts of the RAM ranges `ram` (bytes: base, length) that an SRAT memory range
+    /// covers, as whole frames with their node, into `out`. Returns how many it wrote, or `None`
+    /// if `out` is too small.
+    pub fn memory(&self, ram: &[(u64, u64)], out: &mut [MemoryRange]) -> Option<usize> {
+        let mut n = 0;
+        for &(base, len) in ram {
+            for &(mbase, mlen, node) in &self.memory[..self.nmemory] {
+                let start = base.max(mbase);
+                let end = base.saturating_add(len).min(mbase.saturating_add(mlen));
+                let (first, last) = (start.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
+                if first >= last {
+                    continue;
+                }
+                let range = PhysRange::new(Pfn::new(first), Pfn::new(last))?;
+                *out.get_mut(n)? = MemoryRange { node, range };
+                n += 1;
+            }
+        }
+        Some(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu(apic: u32, pxm: u32) -> Entry {
+        Entry::Cpu {
+            apic,
+            x2apic: false,
+            pxm,
+            enabled: true,
+        }
+    }
+
+    fn mem(base: u64, length: u64, pxm: u32, enabled: bool) -> Entry {
+        Entry::Memory {
+            base,
+            length,
+            pxm,
+            enabled,
+            hotplug: false,
+            nonvolatile: false,
+        }
+    }
+
+    /// QEMU's tables for a machine whose node 0 has memory but no CPU: Linux names the
+    /// processors' domains first.
+    #[test]
+    fn processor_domains_are_numbered_before_memory_domains() {
+        let entries = [
+            cpu(0, 1),
+            cpu(1, 2),
+            Entry::Cpu {
+                apic: 2,
+                x2apic: false,
+                pxm: 0x0102,
+                enabled: true,
+            },
+            Entry::Cpu {
+                apic: 3,
+                x2apic: false,
+                pxm: 0,
+                enabled: false,
+            },
+            mem(0, 0xa_0000, 0, true),
+            mem(0x10_0000, 0x3ff0_0000, 0, true),
+            mem(0x4000_0000, 0x4000_0000, 1, true),
+            mem(0x1_0000_0000, 0x4000_0000, 2, true),
+            mem(0, 0, 0, false),
+        ];
+        let mut log = String::new();
+        let l = Layout::from_srat(1, || entries.iter().copied(), &mut log).unwrap();
+        assert_eq!(l.nodes(), 3);
+        assert_eq!(
+            [0, 1, 2].map(|n| l.pxm(NodeId::new(n)).unwrap()),
+            [1, 2, 0],
+            "a revision-1 SRAT keeps the low 8 bits (0x0102 is domain 2)"
+        );
+        assert_eq!(
+            l.cpus(),
+            &[
+                (0, NodeId::new(0)),
+                (1, NodeId::new(1)),
+                (2, NodeId::new(1))
+            ]
+        );
+        assert_eq!(
+            log,
+            "SRAT: PXM 1 -> APIC 0x00 -> Node 0\n\
+             SRAT: PXM 2 -> APIC 0x01 -> Node 1\n\
+             SRAT: PXM 2 -> APIC 0x02 -> Node 1\n\
+             ACPI: SRAT: Node 2 PXM 0 [mem 0x00000000-0x0009ffff]\n\
+             ACPI: SRAT: Node 2 PXM 0 [mem 0x00100000-0x3fffffff]\n\
+             ACPI: SRAT: Node 0 PXM 1 [mem 0x40000000-0x7fffffff]\n\
+             ACPI: SRAT: Node 1 PXM 2 [mem 0x100000000-0x13fffffff]\n"
+        );
+        let l2 = Layout::from_srat(2, || entries.iter().copied(), &mut String::new()).unwrap();
+        assert_eq!(
+            l2.pxm(NodeId::new(2)),
+            Some(0x102),
+            "revision 2 keeps all bits"
+        );
+
+        // Distances follow the domains: node 0 is PXM 1, node 2 is PXM 0.
+        let slit = [10, 21, 31, 21, 10, 41, 31, 41, 10];
+        let mut d = [0; 9];
+        assert!(l.distances(Some((&slit, 3)), &mut d, &mut log).unwrap());
+        assert_eq!(d, [10, 41, 21, 41, 10, 31, 21, 31, 10]);
+
+        // RAM inside the SRAT ranges, cut to whole frames; RAM outside them is dropped.
+        let ram = [
+            (0, 0x9_fc00),
+            (0x10_0000, 0x7ff0_0000),
+            (0x1_0000_0000, 0x4000_0000),
+        ];
+        let mut out = [MemoryRange {
+            node: NodeId::new(0),
+            range: PhysRange::default(),
+        }; 8];
+        let n = l.memory(&ram, &mut out).unwrap();
+        let got: Vec<(usize, u64, u64)> = out[..n]
+            .iter()
+            .map(|r| (r.node.index(), r.range.start().get(), r.range.end().get()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (2, 0, 0x9f),
+                (2, 0x100, 0x4_0000),
+                (0, 0x4_0000, 0x8_0000),
+                (1, 0x10_0000, 0x14_0000)
+            ]
+        );
+    }
+
+    /// Subtables as the ACPI specification lays them out, walked until a bad length.
+    #[test]
+    fn subtables_decode_from_their_bytes() {
+        let mut t = vec![0u8; SRAT_HEADER];
+        // Local APIC affinity: PXM 0x030201 (low byte and high bytes), APIC 7, enabled.
+        t.extend([0, 16, 0x01, 7, 1, 0, 0, 0, 0, 0x02, 0x03, 0, 0, 0, 0, 0]);
+        // A GICC affinity (type 3), skipped.
+        t.extend([3, 18, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // Memory affinity: PXM 5, base 0x1_0000_0000, length 0x2_4000_0000, enabled, hotplug.
+        let mut m = vec![1, 40, 5, 0, 0, 0, 0, 0];
+        m.extend([
+            0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0x40, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0,
+        ]);
+        m.extend([0; 8]);
+        t.extend(&m);
+        // x2APIC affinity: PXM 0x104, x2APIC 0x1234, disabled.
+        t.extend([2, 24, 0, 0, 4, 1, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0]);
+        t.extend([0; 8]);
+        let good = t.len();
+        // A zero length ends the walk, and so does one past the end.
+        t.extend([0, 0, 0, 0]);
+        let all: Vec<Entry> = entries(&t).collect();
+        let want = [
+            Entry::Cpu {
+                apic: 7,
+                x2apic: false,
+                pxm: 0x03_0201,
+                enabled: true,
+            },
+            Entry::Memory {
+                base: 0x1_0000_0000,
+                length: 0x2_4000_0000,
+                pxm: 5,
+                enabled: true,
+                hotplug: true,
+                nonvolatile: false,
+            },
+            Entry::Cpu {
+                apic: 0x1234,
+                x2apic: true,
+                pxm: 0x104,
+                enabled: false,
+            },
+        ];
+        assert_eq!(all, want);
+        t.truncate(good);
+        t.extend([0, 16, 0, 0]);
+        assert_eq!(
+            entries(&t).count(),
+            3,
+            "a subtable past the end is not read"
+        );
+        assert_eq!(entries(&t[..10]).count(), 0);
+    }
+
+    #[test]
+    fn a_slit_with_a_remote_distance_of_ten_is_not_used() {
+        let l = Layout::from_srat(1, || [cpu(0, 0), cpu(1, 1)].into_iter(), &mut String::new())
+            .unwrap();
+        let mut log = String::new();
+        let mut d = [0; 4];
+        assert!(
+            !l.distances(Some((&[10, 10, 10, 10], 2)), &mut d, &mut log)
+                .unwrap()
+        );
+        assert_eq!(log, "ACPI: SLIT table looks invalid. Not used.\n");
+        assert_eq!(d, [10, 20, 20, 10]);
+        assert!(
+            !l.distances(Some((&[10, 20, 20, 11], 2)), &mut d, &mut log)
+                .unwrap(),
+            "a diagonal other than 10"
+        );
+        assert!(
+            !l.distances(Some((&[10, 20, 20], 2)), &mut d, &mut log)
+                .unwrap(),
+            "a table shorter than its count"
+        );
+        assert!(l.distances(None, &mut d, &mut log).unwrap());
+        assert_eq!(d, [10, 20, 20, 10]);
+        assert!(
+            l.distances(Some((&[10, 11, 255, 10], 2)), &mut d, &mut log)
+                .unwrap()
+        );
+        assert_eq!(d, [10, 11, 255, 10]);
+    }
+
+    #[test]
+    fn x2apic_entries_keep_every_bit_and_print_four_digits() {
+        let e = Entry::Cpu {
+            apic: 0x1234,
+            x2apic: true,
+            pxm: 0x300,
+            enabled: true,
+        };
+        let mut log = String::new();
+        let l = Layout::from_srat(1, || [e].into_iter(), &mut log).unwrap();
+        assert_eq!(l.pxm(NodeId::new(0)), Some(0x300));
+        assert_eq!(log, "SRAT: PXM 768 -> APIC 0x1234 -> Node 0\n");
+        let many = || (0..=MAX_NODES as u32).map(|p| cpu(p, p));
+        assert_eq!(
+            Layout::from_srat(2, many, &mut String::new()).unwrap_err(),
+            SratError::TooManyDomains(MAX_NODES as u32)
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! The x86_64 platform: QEMU's PC machines booted through PVH, the COM1 console, ACPI's SRAT
+//! and SLIT for the NUMA layout, and `isa-debug-exit` to stop.
+//!
+//! The boot information (`hvm_start_info`, version 1) gives the memory map, the command line
+//! and the RSDP. The kernel boots numaframe over the RAM the map lists, node by node as the
+//! SRAT says, minus the first MiB and its own image; then it replaces the boot map with page
+//! tables built from numaframe frames ([`paging`]). Only the boot CPU runs: the others stay in
+//! their wait-for-SIPI state (no INIT-SIPI-SIPI), so the SMP run has one participant here.
+
+mod acpi;
+mod entry;
+mod io;
+mod paging;
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::arch::asm;
+use core::ptr::{self, NonNull};
+
+use numaframe::{
+    BootOptions, Machine, MemoryRange, NodeId, NodeInfo, PhysMemory, PhysRange, Topology,
+};
+
+use crate::boot::{self, MAX_CPUS, MAX_NODES, MAX_RANGES, Options};
+use crate::kernel::{self, fail, println};
+use crate::smp::Smp;
+
+/// `hvm_start_info.magic`.
+const START_MAGIC: u32 = 0x336e_c578;
+/// E820 type of usable RAM, and of the ACPI tables and ACPI NVS areas.
+const E820_RAM: u32 = 1;
+const E820_ACPI: u32 = 3;
+const E820_NVS: u32 = 4;
+/// Memory-map entries the kernel keeps.
+const MAX_MEMMAP: usize = 64;
+
+/// The boot information of the PVH boot protocol (`struct hvm_start_info`, version 1).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct StartInfo {
+    magic: u32,
+    version: u32,
+    flags: u32,
+    nr_modules: u32,
+    modlist_paddr: u64,
+    cmdline_paddr: u64,
+    rsdp_paddr: u64,
+    memmap_paddr: u64,
+    memmap_entries: u32,
+    reserved: u32,
+}
+
+/// One entry of its memory map (`struct hvm_memmap_table_entry`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MemmapEntry {
+    addr: u64,
+    size: u64,
+    kind: u32,
+    reserved: u32,
+}
+
+/// Writes to COM1.
+pub fn write_console(s: &str) {
+    io::serial_write(s);
+}
+
+/// The boot CPU's machine index: the only CPU that runs.
+static BOOT_CPU: spin::Once<usize> = spin::Once::new();
+
+/// The machine CPU index of the running CPU (only the boot CPU runs).
+pub fn cpu_index() -> usize {
+    BOOT_CPU.get().copied().unwrap_or(0)
+}
+
+/// Stops the machine through `isa-debug-exit`: QEMU exits 33 on success, 35 on failure.
+pub fn halt(ok: bool) -> ! {
+    io::debug_exit(if ok {
+        io::EXIT_SUCCESS
+    } else {
+        io::EXIT_FAILURE
+    });
+    // No such device: stop here, and QEMU's timeout (or its user) ends the run.
+    park()
+}
+
+/// Stops this CPU for good.
+pub fn park() -> ! {
+    loop {
+        // SAFETY: with interrupts off, `hlt` only waits; it touches no memory.
+        unsafe { asm!("cli", "hlt", options(nomem, nostack)) };
+    }
+}
+
+/// The SMP run's participants: the boot CPU alone (the others are not started).
+pub fn start_cpus(_machine: &Machine<'_>, boot_cpu: usize) -> Vec<usize> {
+    vec![boot_cpu]
+}
+
+/// Nothing to start: see [`start_cpus`].
+pub fn release_cpus(_smp: &Smp<'_, '_>) {}
+
+/// Physical memory as the allocator reaches it: identity-mapped.
+struct Identity;
+
+// SAFETY: the boot map and the kernel's own tables identity-map all RAM below 64 GiB (`kmain`
+// refuses RAM above), readable and writable. The allocator only maps ranges it was given: RAM
+// outside this image and the first MiB, which nothing else touches.
+unsafe impl PhysMemory for Identity {
+    fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
+        let addr = usize::try_from(range.start().addr().get()).ok()?;
+        NonNull::new(ptr::with_exposed_provenance_mut(addr))
+    }
+}
+
+static MEMORY: Identity = Identity;
+
+/// The tables the machine borrows, kept for its lifetime.
+struct Tables {
+    distances: [u8; MAX_NODES * MAX_NODES],
+    infos: [NodeInfo; MAX_NODES],
+    usable: [MemoryRange; MAX_RANGES],
+    cpus: [NodeId; MAX_CPUS],
+    nodes: usize,
+    nusable: usize,
+    ncpus: usize,
+}
+
+static TABLES: spin::Once<Tables> = spin::Once::new();
+static MACHINE: spin::Once<Machine<'static>> = spin::Once::new();
+/// The command line, copied out of the boot information.
+static CMDLINE: spin::Once<([u8; 1024], usize)> = spin::Once::new();
+
+unsafe extern "C" {
+    static __image_start: u8;
+    static __image_end: u8;
+}
+
+/// The initial APIC id of the running CPU (CPUID leaf 1, EBX bits 31..24).
+fn apic_id() -> u32 {
+    let r = core::arch::x86_64::__cpuid(1);
+    r.ebx >> 24
+}
+
+/// Reads a value of the boot information (physical memory, identity-mapped).
+fn read_phys<T: Copy>(address: u64) -> T {
+    // SAFETY: the PVH loader put the boot information, its memory map and command line at
+    // these addresses in memory the boot map covers; reading them has no side effect.
+    unsafe { ptr::with_exposed_provenance::<T>(address as usize).read_unaligned() }
+}
+
+/// The command line at `at` (NUL-terminated), copied; `""` if there is none or it is not
+/// UTF-8.
+fn cmdline(at: u64) -> &'static str {
+    let (bytes, len) = CMDLINE.call_once(|| {
+        let mut buf = [0u8; 1024];
+        let mut len = 0;
+        if at != 0 {
+            while len < buf.len() {
+                let b: u8 = read_phys(at + len as u64);
+                if b == 0 {
+                    break;
+                }
+                buf[len] = b;
+                len += 1;
+            }
+        }
+        (buf, len)
+    });
+    core::str::from_utf8(&bytes[..*len]).unwrap_or("")
+}
+
+pub(super) extern "C" fn kmain(start_info: u32) -> ! {
+    io::serial_init();
+    entry::install_exception_vectors();
+    println(format_args!("numaframe-unikernel: booting (x86_64, PVH)"));
+    let si: StartInfo = read_phys(u64::from(start_info));
+    if si.magic != START_MAGIC || si.version < 1 {
+        fail!(
+            "no PVH start info version 1 at {start_info:#x} (magic {:#x}, version {})",
+            si.magic,
+            si.version
+        )
+    }
+    let bootargs = cmdline(si.cmdline_paddr);
+    let options = match Options::from_bootargs(bootargs) {
+        Ok(o) => o,
+        Err(e) => fail!("{e}"),
+    };
+
+    // The memory map: RAM to boot over, and RAM plus the ACPI areas for the page tables.
+    let mut ram = [(0u64, 0u64); MAX_MEMMAP];
+    let mut nram = 0;
+    let mut mapped = [(0u64, 0u64); MAX_MEMMAP];
+    let mut nmapped = 0;
+    for i in 0..si.memmap_entries as usize {
+        let e: MemmapEntry =
+            read_phys(si.memmap_paddr + (i * core::mem::size_of::<MemmapEntry>()) as u64);
+        let end = e.addr.saturating_add(e.size);
+        if matches!(e.kind, E820_RAM | E820_ACPI | E820_NVS) {
+            if end > entry::BOOT_MAP_BYTES {
+                fail!("memory above the 64 GiB boot map: {:#x}..{end:#x}", e.addr)
+            }
+            let Some(slot) = mapped.get_mut(nmapped) else {
+                fail!("more than {MAX_MEMMAP} memory-map entries")
+            };
+            *slot = (e.addr, end);
+            nmapped += 1;
+        }
+        if e.kind == E820_RAM {
+            ram[nram] = (e.addr, e.size);
+            nram += 1;
+        }
+    }
+    let ram_mib: u64 = ram[..nram].iter().map(|r| r.1).sum::<u64>() >> 20;
+    println(format_args!(
+        "numaframe-unikernel: PVH start info at {start_info:#x}: {} memory-map entries, {ram_mib} MiB RAM, RSDP at {:#x}, bootargs \"{bootargs}\"",
+        si.memmap_entries, si.rsdp_paddr
+    ));
+
+    let empty = MemoryRange {
+        node: NodeId::new(0),
+        range: PhysRange::default(),
+    };
+    let mut t = Tables {
+        distances: [10; MAX_NODES * MAX_NODES],
+        infos: [NodeInfo::default(); MAX_NODES],
+        usable: [empty; MAX_RANGES],
+        cpus: [NodeId::new(0); MAX_CPUS],
+        nodes: 1,
+        nusable: 0,
+        ncpus: 1,
+    };
+    let mut found = [empty; MAX_RANGES];
+    let numa = match acpi::read_numa(si.rsdp_paddr as usize) {
+        Ok(n) => n,
+        Err(e) => fail!("{e}"),
+    };
+    let me = apic_id();
+    let (nfound, boot_cpu) = match &numa {
+        Some(numa) => {
+            let l = &numa.layout;
+            t.nodes = l.nodes();
+            t.distances = numa.distances;
+            t.ncpus = l.cpus().len();
+            for (slot, (_, node)) in t.cpus.iter_mut().zip(l.cpus()) {
+                *slot = *node;
+            }
+            for (_, node) in l.cpus() {
+                t.infos[node.index()].has_cpus = true;
+            }
+            let Some(n) = l.memory(&ram[..nram], &mut found) else {
+                fail!("more than {MAX_RANGES} memory ranges")
+            };
+            let Some(boot_cpu) = l.cpus().iter().position(|(apic, _)| *apic == me) else {
+                fail!("the boot CPU (APIC {me:#x}) is not in the SRAT")
+            };
+            (n, boot_cpu)
+        }
+        None => {
+            // No SRAT: one node with all RAM, as Linux's dummy NUMA setup; only the boot CPU
+            // is known.
+            t.infos[0].has_cpus = true;
+            for (slot, &(base, len)) in found.iter_mut().zip(&ram[..nram]) {
+                *slot = MemoryRange {
+                    node: NodeId::new(0),
+                    range: boot::frames_covering(base, len),
+                };
+            }
+            (nram.min(MAX_RANGES), 0)
+        }
+    };
+    BOOT_CPU.call_once(|| boot_cpu);
+
+    // Keep the first MiB (BIOS data, the boot information) and this image (stack, .bss and the
+    // boot page tables included) out of the allocator.
+    let image_start = (&raw const __image_start).addr() as u64;
+    let image_end = (&raw const __image_end).addr() as u64;
+    let reserved = [
+        boot::frames_covering(0, 1 << 20),
+        boot::frames_covering(image_start, image_end - image_start),
+    ];
+    let Some(nusable) = boot::carve(&found[..nfound], &reserved, &mut t.usable) else {
+        fail!("more than {MAX_RANGES} usable memory ranges")
+    };
+    t.nusable = nusable;
+    boot::sync_memory_states(&mut t.infos[..t.nodes], &t.usable[..nusable]);
+    println(format_args!(
+        "numaframe-unikernel: {} nodes, {nusable} memory ranges, {} CPUs (boot CPU {boot_cpu}, APIC {me:#x}); image {image_start:#x}..{image_end:#x}",
+        t.nodes, t.ncpus
+    ));
+
+    let t: &'static Tables = TABLES.call_once(|| t);
+    let topology = match Topology::new(&t.distances[..t.nodes * t.nodes], &t.infos[..t.nodes]) {
+        Ok(topo) => topo,
+        Err(e) => fail!("topology: {e}"),
+    };
+    let opts = BootOptions {
+        cpus: &t.cpus[..t.ncpus],
+        fallback: options.fallback(),
+        ..BootOptions::default()
+    };
+    let machine = match Machine::boot(topology, &MEMORY, &t.usable[..t.nusable], opts) {
+        Ok(m) => MACHINE.call_once(|| m),
+        Err(e) => fail!("boot: {e}"),
+    };
+
+    let node = t.cpus[boot_cpu];
+    match paging::build(machine, node, &mapped[..nmapped], acpi::hpet_registers()) {
+        Ok(r) => println(format_args!(
+            "numaframe-unikernel: page tables: {} frames from numaframe map {} MiB, CR3 {:#x}; a 2 MiB probe mapping took {} table frames and gave them back",
+            r.table_frames,
+            r.mapped >> 20,
+            r.cr3,
+            r.probe_tables
+        )),
+        Err(e) => fail!("page tables: {e}"),
+    }
+    kernel::run(machine, &options, bootargs, &t.cpus[..t.ncpus], boot_cpu)
+}
