@@ -30,7 +30,9 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use numaframe::heap::FrameMap;
 use numaframe::policy::{Policy, TaskPolicy};
-use numaframe::{AllocFlags, HugeSize, Machine, NodeId, Order, Pfn, PhysRange, ZoneKind};
+use numaframe::{
+    AllocFlags, HugeCounts, HugeSize, Machine, NodeId, Order, Pfn, PhysRange, ZoneKind,
+};
 use spin::Mutex;
 
 use crate::boot::Failure;
@@ -114,7 +116,7 @@ impl Ops {
 struct NodeSnapshot {
     zones: [u64; 2],
     /// `(total, free)` of the 2 MiB and 1 GiB pools.
-    huge: [(u64, u64); 2],
+    huge: [HugeCounts; 2],
     heap: u64,
 }
 
@@ -252,7 +254,7 @@ impl<'m, 'a> Smp<'m, 'a> {
         };
         if let Some(n) = self.machine.node(node) {
             for kind in ZoneKind::ALL {
-                s.zones[kind.index()] = n.zone(kind).counters().0;
+                s.zones[kind.index()] = n.zone(kind).counters().free;
             }
         }
         for (i, size) in HugeSize::ALL.into_iter().enumerate() {

@@ -21,6 +21,7 @@
 
 use core::fmt::{self, Write};
 
+use numaframe::topology::valid_firmware_distance;
 use numaframe::{MemoryRange, NodeId, PAGE_SIZE, Pfn, PhysRange};
 
 use crate::boot::{MAX_CPUS, MAX_NODES, MAX_RANGES};
@@ -287,10 +288,9 @@ impl Layout {
                 .and_then(|k| table.get(k).copied())
         };
         let valid = (0..count).all(|i| {
-            (0..count).all(|j| match at(i, j) {
-                Some(d) if i == j => d == LOCAL,
-                Some(d) => d > LOCAL,
-                None => false,
+            (0..count).all(|j| {
+                let ids = NodeId::try_new(i).zip(NodeId::try_new(j));
+                matches!((at(i, j), ids), (Some(d), Some((a, b))) if valid_firmware_distance(a, b, d))
             })
         });
         if !valid {
