@@ -1743,7 +1743,12 @@ pub fn run(
 ///
 /// # Errors
 /// If a machine cannot be built or writing fails.
-pub fn run_cli(quick: bool, json: bool, out: &mut dyn Write) -> io::Result<()> {
+pub fn run_cli(
+    quick: bool,
+    json: bool,
+    out: &mut dyn Write,
+    _progress: &mut dyn Write,
+) -> io::Result<()> {
     let plan = if quick { Plan::QUICK } else { Plan::FULL };
     if !json {
         writeln!(
