@@ -1,7 +1,7 @@
 //! `numaframe bench --quick` through the binary: the JSON shape of the CLI contract
 //! (`{"results":[{"scenario","allocator","ns_per_op"},…]}`), every scenario reported, every
-//! peer present where the issue compares it. No timing is asserted. (The human table is
-//! unit-tested in `bench.rs` on a synthetic report, so only one quick run happens here.)
+//! peer present where the scenario compares it. No timing is asserted. (The human table is
+//! unit-tested in `bench/report.rs` on a synthetic report, so only one quick run happens here.)
 
 use std::collections::BTreeSet;
 
@@ -37,7 +37,7 @@ fn quick_json_reports_every_scenario() {
     }
     assert_eq!(scenarios.len(), scenario::ALL.len(), "{scenarios:?}");
     let has = |s: &str, a: &str| seen.contains(&(s.to_string(), a.to_string()));
-    // Every peer is measured side by side with numaframe in the scenarios the issue compares.
+    // Every peer is measured side by side with numaframe in the scenarios that compare them.
     for s in [
         scenario::PAIR_1G,
         scenario::BULK_ALLOC,

@@ -1,4 +1,4 @@
-//! The `numaframe` binary against the CLI contract of `DESIGN.md`: output of `zonelists`
+//! The `numaframe` binary against the CLI contract (docs/): output of `zonelists`
 //! against the reference vectors, JSON shape, and exit status 2 with exactly one `error:` line
 //! for every kind of bad input, never a panic (101) or a signal.
 

@@ -182,7 +182,7 @@ pub fn run(
     Ok(())
 }
 
-/// The JSON document, fields in the order DESIGN.md shows.
+/// The JSON document, fields in the order the contract in docs/ shows.
 #[derive(Serialize)]
 struct Doc {
     pools: Vec<Pool>,
