@@ -1,7 +1,9 @@
 //! `numaframe bench --quick` through the binary: the JSON shape of the CLI contract
-//! (`{"results":[{"scenario","allocator","ns_per_op"},…]}`), every scenario reported, every
-//! peer present where the scenario compares it. No timing is asserted. (The human table is
-//! unit-tested in `bench/report.rs` on a synthetic report, so only one quick run happens here.)
+//! (`{"results":[{"scenario","allocator","ns_per_op"},…]}`, plus the fields of the scenarios
+//! that report more than time), every scenario reported, every peer present where the
+//! scenario compares it, progress on stderr only. No timing and no measured value is
+//! asserted. (The human table is unit-tested in `bench/report.rs` on a synthetic report, so
+//! only one quick run happens here.)
 
 use std::collections::BTreeSet;
 
@@ -15,7 +17,14 @@ use support::*;
 fn quick_json_reports_every_scenario() {
     let (code, out, err) = numaframe(&["bench", "--json", "--quick"]);
     assert_eq!(code, 0, "stderr: {err}");
-    assert!(err.is_empty(), "stderr: {err}");
+    // Progress goes to stderr, one `bench:` line per group of scenarios, naming each.
+    assert!(
+        err.lines().all(|l| l.starts_with("bench: ")),
+        "stderr: {err}"
+    );
+    for s in scenario::ALL {
+        assert!(err.contains(s), "no progress line names {s:?}: {err}");
+    }
     assert_eq!(out.lines().count(), 1, "one JSON document on one line");
     let doc: Value = serde_json::from_str(&out).expect("valid JSON");
     let results = doc["results"].as_array().expect("a results array");
@@ -64,6 +73,41 @@ fn quick_json_reports_every_scenario() {
         }
     }
     assert!(has(scenario::INTERLEAVE, name::NUMAFRAME_SINGLES));
+    for a in [
+        name::FLOOR_PER_THREAD,
+        name::NUMAFRAME,
+        name::NUMAFRAME_NOCACHE,
+        name::BUDDY,
+        name::BITMAP,
+        name::FREE_LIST,
+        name::FLOOR,
+    ] {
+        assert!(has(scenario::THREADS_4, a), "4 threads: {a} missing");
+    }
+    for s in [
+        scenario::NODE_ORDER0,
+        scenario::NODE_ORDER9,
+        scenario::NODE_ORDER18,
+    ] {
+        for a in [
+            name::NUMAFRAME_NODE,
+            name::BUDDY,
+            name::BITMAP,
+            name::FREE_LIST,
+        ] {
+            assert!(has(s, a), "{s}: {a} missing");
+        }
+    }
+    for a in [
+        name::NUMAFRAME,
+        name::NUMAFRAME_NODE,
+        name::BUDDY,
+        name::BITMAP,
+        name::FREE_LIST,
+        name::FLOOR,
+    ] {
+        assert!(has(scenario::REPEAT, a), "repeat: {a} missing");
+    }
     // --quick leaves out only what takes seconds per run, and says so.
     assert_eq!(doc["quick"], Value::Bool(true));
     for s in doc["skipped"].as_array().expect("a skipped array") {

@@ -1,6 +1,5 @@
 //! Side-by-side benchmarks: numaframe against the frame allocators its users would pick instead,
-//! the per-CPU cache throughput with 1, 2 and 4 threads, the zonelist hint on `fake-64`, and
-//! experiments that report more than time (fragmentation after churn, `hot_add` latency).
+//! the per-CPU cache throughput with 1, 2 and 4 threads, and the zonelist hint on `fake-64`.
 //!
 //! The peers ([`peers`]) are [`buddy_system_allocator::FrameAllocator`],
 //! [`bitmap_allocator::BitAlloc1M`] (the smallest of its sizes — 16, 256, 4K, 64K, 1M, 16M,
@@ -84,6 +83,8 @@ pub mod name {
     pub const FLOOR: &str = "floor";
     /// Threads only, the control: each thread its own unlocked floor, nothing shared.
     pub const FLOOR_PER_THREAD: &str = "floor-per-thread";
+    /// numaframe through the node API (`Machine::alloc`/`free`), no per-CPU cache.
+    pub const NUMAFRAME_NODE: &str = "numaframe-node";
 }
 
 /// Scenario names, in the order they run. Every one of them is reported by a full run and by a
@@ -128,6 +129,19 @@ pub mod scenario {
     pub const HINT_NONE: &str = "fake-64 63 exhausted, full walk";
     /// Context: a THISNODE alloc+free on the 64th node itself.
     pub const HINT_THISNODE: &str = "fake-64 THISNODE on 64th node";
+    /// Order-0 alloc+free pairs on 4 threads at once on this 2-core machine (oversubscribed:
+    /// two threads per core), aggregate ns per pair, next to the 1- and 2-thread runs.
+    pub const THREADS_4: &str = "pair 4 threads (oversubscribed: 2 cores)";
+    /// Node-API (`Machine::alloc`/`free`) order-0 pair on a node of exactly 1 GiB, so each
+    /// pair splits and merges the one order-18 block; the peers manage exactly 1 GiB too.
+    pub const NODE_ORDER0: &str = "node API order-0 pair, exactly 1GiB";
+    /// The same at order 9.
+    pub const NODE_ORDER9: &str = "node API order-9 pair, exactly 1GiB";
+    /// The same at order 18: the whole node.
+    pub const NODE_ORDER18: &str = "node API order-18 pair, exactly 1GiB";
+    /// LLFree's "repeat": all of 1 GiB allocated in 4 KiB frames, then a free of a random held
+    /// frame followed by an allocation, over and over; ns per free+allocation.
+    pub const REPEAT: &str = "repeat 1GiB: random free + alloc, memory full";
 
     /// Every scenario, in run order.
     pub const ALL: &[&str] = &[
@@ -139,6 +153,7 @@ pub mod scenario {
         BULK_FREE,
         THREADS_1,
         THREADS_2,
+        THREADS_4,
         INTERLEAVE,
         ORDER9_1G,
         ORDER18_1G,
@@ -150,6 +165,10 @@ pub mod scenario {
         HINT_SKIP,
         HINT_NONE,
         HINT_THISNODE,
+        NODE_ORDER0,
+        NODE_ORDER9,
+        NODE_ORDER18,
+        REPEAT,
     ];
 }
 
@@ -198,6 +217,17 @@ pub fn describe(scenario: &str) -> &'static str {
             "the same through a Bind policy over all 64 nodes: a filtered walk ignores the hint and scans 63 nodes"
         }
         HINT_THISNODE => "context: THISNODE alloc+free on the 64th node of node 0's list",
+        THREADS_4 => {
+            "the same on 4 threads, two per core: oversubscribed on this 2-core machine; wall time / all pairs"
+        }
+        NODE_ORDER0 => {
+            "Machine::alloc/free order-0 pair on a node of exactly 1 GiB (every pair splits and merges its 1 GiB block); ns per pair"
+        }
+        NODE_ORDER9 => "the same at order 9 (2 MiB); ns per pair",
+        NODE_ORDER18 => "the same at order 18 (the whole 1 GiB); ns per pair",
+        REPEAT => {
+            "all of 1 GiB held in 4 KiB frames, then free a random held frame and allocate one, repeatedly; ns per free+alloc"
+        }
         _ => "",
     }
 }
@@ -211,7 +241,7 @@ pub fn run_cli(
     quick: bool,
     json: bool,
     out: &mut dyn Write,
-    _progress: &mut dyn Write,
+    progress: &mut dyn Write,
 ) -> io::Result<()> {
     let plan = if quick { Plan::QUICK } else { Plan::FULL };
     if !json {
@@ -222,7 +252,8 @@ pub fn run_cli(
              1 GiB = {FRAMES_1G} frames of 4 KiB; medians over samples taken round-robin; \
              single-threaded peers run bare, threaded ones behind spin::Mutex.\n\
              numaframe = alloc_cpu/free_cpu with per-CPU caches (bulk: alloc_bulk/free_bulk); \
-             numaframe-nocache = the same calls with PcpConfig::OFF.",
+             numaframe-nocache = the same calls with PcpConfig::OFF; \
+             numaframe-node = Machine::alloc/free.",
             if quick {
                 " --quick (rough numbers)"
             } else {
@@ -238,7 +269,16 @@ pub fn run_cli(
         }
         Ok(())
     };
-    let report = run(plan, &mut print)?;
+    let start = std::time::Instant::now();
+    let mut tell = |what: &str| -> io::Result<()> {
+        writeln!(
+            progress,
+            "bench: {:6.1} s: {what}",
+            start.elapsed().as_secs_f64()
+        )?;
+        progress.flush()
+    };
+    let report = run(plan, &mut print, &mut tell)?;
     if json {
         serde_json::to_writer(&mut *out, &report)?;
         writeln!(out)?;

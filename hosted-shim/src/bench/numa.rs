@@ -125,8 +125,11 @@ impl Frames for NumaPolicy<'_, '_> {
     }
 }
 
+/// CPUs of a [`OneNode`]: one per thread of the widest threaded scenario.
+pub const CPUS: usize = 4;
+
 /// A one-node simulated machine for numaframe: `frames` usable frames (plus room for the
-/// metadata) at [`NODE_BASE`], with 2 CPUs.
+/// metadata) at [`NODE_BASE`], with [`CPUS`] CPUs.
 #[derive(Debug)]
 pub struct OneNode {
     spec: MachineSpec,
@@ -151,9 +154,42 @@ impl OneNode {
     pub fn at(frames: u64, base: u64) -> io::Result<OneNode> {
         let bytes = frames * PAGE_SIZE;
         // Metadata is 12 bytes per frame (0.3 %); 1/256 (0.4 %) covers it and the tables.
-        let total = bytes + (bytes / 256).max(8 << 20);
+        OneNode::with_total(bytes + (bytes / 256).max(8 << 20), base)
+    }
+
+    /// A node at [`NODE_BASE`] on which numaframe manages exactly `frames` frames, the frames
+    /// `NODE_BASE / 4 KiB ..` + `frames` (its metadata and tables sit after them), so that a
+    /// scenario over it sees the same memory as a peer over `0..frames`. Found by booting:
+    /// each frame more of memory adds one managed frame or none (when it adds a frame of
+    /// metadata), so the node size that gives exactly `frames` exists.
+    ///
+    /// # Errors
+    /// If the kernel refuses a mapping, a boot fails, or no size is found in 32 boots.
+    pub fn exact(frames: u64) -> io::Result<OneNode> {
+        let mut total = frames * PAGE_SIZE + (frames * PAGE_SIZE / 256).max(8 << 20);
+        for _ in 0..32 {
+            // A simulated memory maps each metadata range once, so the probe's node is not
+            // the one handed out.
+            let got = managed(&OneNode::with_total(total, NODE_BASE)?.boot()?);
+            match got.cmp(&frames) {
+                std::cmp::Ordering::Equal => return OneNode::with_total(total, NODE_BASE),
+                std::cmp::Ordering::Greater => total -= (got - frames) * PAGE_SIZE,
+                std::cmp::Ordering::Less => total += (frames - got) * PAGE_SIZE,
+            }
+        }
+        Err(io::Error::other(format!(
+            "no node size gives exactly {frames} managed frames"
+        )))
+    }
+
+    /// A node of `total` bytes (metadata included) at physical address `base`.
+    ///
+    /// # Errors
+    /// If the kernel refuses the mapping.
+    pub fn with_total(total: u64, base: u64) -> io::Result<OneNode> {
+        let frames = total / PAGE_SIZE;
         let node = NodeSpec {
-            cpus: vec![0, 1],
+            cpus: (0..CPUS as u32).collect(),
             memory_bytes: total,
             socket: Some(0),
             ..NodeSpec::default()
@@ -172,12 +208,13 @@ impl OneNode {
         })
     }
 
-    /// Boots numaframe over it: 2 CPUs on node 0, default per-CPU caches, watermarks off.
+    /// Boots numaframe over it: [`CPUS`] CPUs on node 0, default per-CPU caches, watermarks
+    /// off.
     ///
     /// # Errors
     /// The core's boot error, as text.
     pub fn boot(&self) -> io::Result<Machine<'_>> {
-        let cpus = [NodeId::new(0); 2];
+        let cpus = [NodeId::new(0); CPUS];
         Machine::boot(
             self.spec.topology(),
             &self.memory,

@@ -53,6 +53,10 @@ impl Rng {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
+    /// A number in `0..n` (`n` > 0; the modulo bias is below 2^-40 for the sizes used here).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
     /// Fisher–Yates.
     pub fn shuffle<T>(&mut self, v: &mut [T]) {
         for i in (1..v.len()).rev() {
@@ -87,6 +91,33 @@ pub fn fill_random_free<A: Frames + ?Sized>(
         s.ops += 2 * held.len() as u64;
     }
     s
+}
+
+/// LLFree's "repeat": on the first call, allocates order-0 frames until none is left into
+/// `held` (untimed); then `iters` times frees the frame at a random index of `held` and
+/// allocates one into its place. `ops` counts free+allocation pairs (the random index, a few
+/// ns, is inside the timed part).
+pub fn repeat<A: Frames + ?Sized>(
+    a: &mut A,
+    held: &mut Vec<u64>,
+    rng: &mut Rng,
+    iters: u64,
+) -> Sample {
+    if held.is_empty() {
+        while let Some(f) = a.alloc(0) {
+            held.push(f);
+        }
+    }
+    let start = Instant::now();
+    for _ in 0..iters {
+        let j = rng.below(held.len() as u64) as usize;
+        a.free(held[j], 0);
+        held[j] = a.alloc(0).expect("the frame just freed is free");
+    }
+    Sample {
+        time: start.elapsed(),
+        ops: iters,
+    }
 }
 
 /// `iters` bulks of `out.len()` frames, timing the allocation (`time_alloc`) or the free;

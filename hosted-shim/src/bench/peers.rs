@@ -86,25 +86,26 @@ impl Frames for Buddy {
     }
 }
 
-/// `bitmap_allocator::BitAlloc1M`: 2^20 bits, the smallest size that covers 1 GiB of frames.
-pub struct Bitmap(Box<BitAlloc1M>);
+/// `bitmap_allocator`'s segment tree of `B` bits, by default `BitAlloc1M` (2^20 bits, the
+/// smallest size that covers 1 GiB of frames).
+pub struct Bitmap<B = BitAlloc1M>(Box<B>);
 
-impl std::fmt::Debug for Bitmap {
+impl<B> std::fmt::Debug for Bitmap<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bitmap").finish_non_exhaustive()
     }
 }
 
-impl Bitmap {
-    /// Frames `0..frames` (at most 2^20).
-    pub fn new(frames: u64) -> Bitmap {
-        let mut a = Box::new(BitAlloc1M::DEFAULT);
+impl<B: BitAlloc> Bitmap<B> {
+    /// Frames `0..frames` (at most `B::CAP`).
+    pub fn new(frames: u64) -> Bitmap<B> {
+        let mut a = Box::new(B::DEFAULT);
         a.insert(0..frames as usize);
         Bitmap(a)
     }
 }
 
-impl Frames for Bitmap {
+impl<B: BitAlloc> Frames for Bitmap<B> {
     fn alloc(&mut self, order: u8) -> Option<u64> {
         let f = if order == 0 {
             self.0.alloc()
@@ -235,7 +236,7 @@ mod tests {
     fn peers_round_trip() {
         let n = 1 << 12;
         round_trip(&mut Buddy::new(n), 0, n, &[9, 12]);
-        round_trip(&mut Bitmap::new(n), 0, n, &[9, 12]);
+        round_trip(&mut Bitmap::<BitAlloc1M>::new(n), 0, n, &[9, 12]);
         round_trip(&mut FreeListPeer::new(n), 0, n, &[9, 12]);
         round_trip(&mut Floor::new(n), 0, n, &[]);
         let lock = spin::Mutex::new(Floor::new(n));

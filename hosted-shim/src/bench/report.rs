@@ -25,6 +25,19 @@ pub struct Measurement {
     pub per_sample: Vec<f64>,
 }
 
+impl Measurement {
+    /// A cell's result: the median of `per_sample`.
+    pub fn timed(scenario: &'static str, allocator: &'static str, per_sample: Vec<f64>) -> Self {
+        Measurement {
+            scenario,
+            allocator,
+            ns_per_op: median(&mut per_sample.clone()),
+            samples: per_sample.len(),
+            per_sample,
+        }
+    }
+}
+
 /// A cell the run left out, and why.
 #[derive(Clone, Debug, Serialize)]
 pub struct Skipped {
@@ -67,6 +80,9 @@ pub struct Scaling {
     pub paired_ratio: Option<f64>,
     /// How many rounds that median is over.
     pub paired_rounds: usize,
+    /// `ns_per_op(1 thread) / ns_per_op(4 threads)`: 4 threads on this machine's 2 cores, so
+    /// 2.0 is the most it can give.
+    pub four_threads: Option<f64>,
 }
 
 /// Everything a run measured.
@@ -217,6 +233,9 @@ impl Report {
                     ratio: m.ns_per_op / two,
                     paired_ratio: (paired_rounds > 0).then(|| median(&mut paired)),
                     paired_rounds,
+                    four_threads: self
+                        .get(scenario::THREADS_4, m.allocator)
+                        .map(|four| m.ns_per_op / four),
                 })
             })
             .collect()
@@ -237,12 +256,25 @@ impl Report {
             return Ok(());
         }
         writeln!(out, "\n{scenario}: {}", describe(scenario))?;
-        let nf = self.get(scenario, name::NUMAFRAME);
+        // Ratios to numaframe: its per-CPU API where the scenario has it, else the first
+        // numaframe row.
+        let base = rows
+            .iter()
+            .find(|m| m.allocator == name::NUMAFRAME)
+            .or_else(|| {
+                rows.iter()
+                    .find(|m| m.allocator.starts_with(name::NUMAFRAME))
+            })
+            .map(|m| (m.allocator, m.ns_per_op));
         let floor = self.get(scenario, name::FLOOR);
         writeln!(
             out,
-            "  {:<24} {:>14} {:>13} {:>10} {:>8}",
-            "allocator", "ns/op", "x numaframe", "x floor", "samples"
+            "  {:<24} {:>14} {:>22} {:>10} {:>8}",
+            "allocator",
+            "ns/op",
+            format!("x {}", base.map_or(name::NUMAFRAME, |b| b.0)),
+            "x floor",
+            "samples"
         )?;
         for m in rows {
             let ratio = |base: Option<f64>| {
@@ -250,10 +282,10 @@ impl Report {
             };
             writeln!(
                 out,
-                "  {:<24} {:>14} {:>13} {:>10} {:>8}",
+                "  {:<24} {:>14} {:>22} {:>10} {:>8}",
                 m.allocator,
                 format_ns(m.ns_per_op),
-                ratio(nf),
+                ratio(base.map(|b| b.1)),
                 ratio(floor),
                 m.samples
             )?;
@@ -271,12 +303,13 @@ impl Report {
     pub fn write_summary(&self, out: &mut dyn Write) -> io::Result<()> {
         writeln!(
             out,
-            "\nscaling (throughput with 2 threads / with 1 thread; 2.00 is perfect):"
+            "\nscaling (throughput with 2 threads / with 1 thread; 2.00 is perfect; and with 4 threads, \
+             oversubscribed on 2 cores):"
         )?;
         writeln!(
             out,
-            "  {:<24} {:>8} {:>34}",
-            "allocator", "medians", "rounds where the control scaled"
+            "  {:<24} {:>8} {:>34} {:>10}",
+            "allocator", "medians", "rounds where the control scaled", "4 threads"
         )?;
         for x in &self.scaling {
             let paired = x.paired_ratio.map_or(String::from("-"), |r| {
@@ -287,9 +320,12 @@ impl Report {
             } else {
                 ""
             };
+            let four = x
+                .four_threads
+                .map_or(String::from("-"), |r| format!("{r:.2}"));
             writeln!(
                 out,
-                "  {:<24} {:>8.2} {:>34}{note}",
+                "  {:<24} {:>8.2} {:>34} {four:>10}{note}",
                 x.allocator, x.ratio, paired
             )?;
         }
@@ -350,13 +386,7 @@ mod tests {
     }
 
     fn m(scenario: &'static str, allocator: &'static str, ns_per_op: f64) -> Measurement {
-        Measurement {
-            scenario,
-            allocator,
-            ns_per_op,
-            samples: 3,
-            per_sample: vec![ns_per_op; 3],
-        }
+        Measurement::timed(scenario, allocator, vec![ns_per_op; 3])
     }
 
     #[test]

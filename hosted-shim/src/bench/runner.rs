@@ -6,7 +6,6 @@ use std::io;
 use std::time::Duration;
 
 use super::ops::Sample;
-use super::report::median;
 use super::{Cell, Group, Measurement, Report, Sizes, Skipped, Visitor, visit};
 
 /// How long the runner measures.
@@ -49,6 +48,8 @@ struct Runner<'o> {
     report: Report,
     /// Called with each scenario's name once all its cells are measured.
     on_scenario: &'o mut dyn FnMut(&Report, &str) -> io::Result<()>,
+    /// Told what is measured next.
+    progress: &'o mut dyn FnMut(&str) -> io::Result<()>,
 }
 
 impl Visitor for Runner<'_> {
@@ -72,6 +73,7 @@ impl Visitor for Runner<'_> {
                 done.push(c.scenario);
             }
         }
+        (self.progress)(&done.join(", "))?;
         let mut states = Vec::new();
         for c in cells.iter_mut() {
             if c.slow && plan.skip_slow {
@@ -126,13 +128,11 @@ impl Visitor for Runner<'_> {
             }
         }
         for st in states.iter_mut() {
-            self.report.results.push(Measurement {
-                scenario: st.cell.scenario,
-                allocator: st.cell.allocator,
-                ns_per_op: median(&mut st.per_op.clone()),
-                samples: st.per_op.len(),
-                per_sample: st.per_op.clone(),
-            });
+            self.report.results.push(Measurement::timed(
+                st.cell.scenario,
+                st.cell.allocator,
+                st.per_op.clone(),
+            ));
         }
         for s in done {
             (self.on_scenario)(&self.report, s)?;
@@ -146,13 +146,14 @@ fn ns_per_op(s: Sample) -> f64 {
 }
 
 /// Runs every scenario under `plan`; `on_scenario` sees the report each time a scenario is
-/// complete (the text output prints it then).
+/// complete (the text output prints it then); `progress` is told what is measured next.
 ///
 /// # Errors
-/// If simulated memory cannot be mapped, a machine does not boot, or `on_scenario` fails.
+/// If simulated memory cannot be mapped, a machine does not boot, or a callback fails.
 pub fn run(
     plan: Plan,
     on_scenario: &mut dyn FnMut(&Report, &str) -> io::Result<()>,
+    progress: &mut dyn FnMut(&str) -> io::Result<()>,
 ) -> io::Result<Report> {
     let mut runner = Runner {
         plan,
@@ -161,6 +162,7 @@ pub fn run(
             ..Report::default()
         },
         on_scenario,
+        progress,
     };
     visit(Sizes::FULL, &mut runner)?;
     let mut report = runner.report;

@@ -8,7 +8,7 @@ use numaframe::interleave::Weights;
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::{AllocFlags, BootOptions, NodeId, NodeMask, Order, Pfn};
 
-use super::ops::{Sample, boot, bulk, fill_random_free, interleave, pairs, pairs_threads};
+use super::ops::{Sample, boot, bulk, fill_random_free, interleave, pairs, pairs_threads, repeat};
 use super::{
     BULK, Bitmap, Buddy, FRAMES_1G, FRAMES_64G, Floor, Frames, FreeListPeer, INTERLEAVE_PAGES,
     Locked, NumaCpu, NumaNode, NumaPolicy, OneNode, Padded, Rng, name, numa::managed, scenario,
@@ -127,7 +127,7 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
     let peers = || {
         (
             Buddy::new(n),
-            Bitmap::new(n),
+            Bitmap::<bitmap_allocator::BitAlloc1M>::new(n),
             FreeListPeer::new(n),
             Floor::new(n),
         )
@@ -267,7 +267,7 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
         })?;
     }
 
-    // 1 and 2 threads: the caches on and off, the peers behind spin::Mutex.
+    // 1, 2 and 4 threads: the caches on and off, the peers behind spin::Mutex.
     {
         let (b, bm, fl, fo) = peers();
         let (b, bm, fl, fo) = (
@@ -279,7 +279,7 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
         let m = &m;
         // Each allocator's 1- and 2-thread cells run back to back in every round, the control
         // first, so that a round compares them under the same load.
-        let rows = [(THREADS_1, 1usize), (THREADS_2, 2)];
+        let rows = [(THREADS_1, 1usize), (THREADS_2, 2), (THREADS_4, 4)];
         let mut cells = Vec::new();
         // The control: each thread its own unlocked floor, nothing shared. Its scaling is
         // what this machine gives two threads at the moment (2 cores, other processes).
@@ -403,7 +403,75 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
     }
 
     // The zonelist hint on fake-64.
-    hint(v)
+    hint(v)?;
+    node_exact(v)?;
+    repeat_group(v)
+}
+
+/// Node-API pairs at orders 0, 9 and 18 on a node of exactly 1 GiB, next to the peers.
+fn node_exact(v: &mut dyn Visitor) -> io::Result<()> {
+    use scenario::*;
+    let n = FRAMES_1G;
+    let node = OneNode::exact(n)?;
+    let m = node.boot()?;
+    let mut cells = Vec::new();
+    for (order, s) in [(0u8, NODE_ORDER0), (9, NODE_ORDER9), (18, NODE_ORDER18)] {
+        let mut nf = NumaNode::new(&m, NodeId::new(0), AllocFlags::empty());
+        let (mut b, mut bm, mut fl) = (
+            Buddy::new(n),
+            Bitmap::<bitmap_allocator::BitAlloc1M>::new(n),
+            FreeListPeer::new(n),
+        );
+        cells.push(cell(s, name::NUMAFRAME_NODE, move |i| {
+            pairs(&mut nf, order, i)
+        }));
+        cells.push(cell(s, name::BUDDY, move |i| pairs(&mut b, order, i)));
+        cells.push(cell(s, name::BITMAP, move |i| pairs(&mut bm, order, i)));
+        cells.push(cell(s, name::FREE_LIST, move |i| pairs(&mut fl, order, i)));
+    }
+    v.group(Group {
+        title: "node API, exactly 1GiB",
+        heavy: false,
+        cells,
+    })
+}
+
+/// LLFree's "repeat" on 1 GiB: every allocator full, then random free + alloc.
+fn repeat_group(v: &mut dyn Visitor) -> io::Result<()> {
+    use scenario::REPEAT;
+    let n = FRAMES_1G;
+    let (cpu_node, node_node) = (OneNode::exact(n)?, OneNode::exact(n)?);
+    let (cm, nm) = (cpu_node.boot()?, node_node.boot()?);
+    let mut allocators: Vec<(&'static str, Box<dyn Frames + '_>)> = vec![
+        (name::NUMAFRAME, Box::new(NumaCpu::new(&cm, 0))),
+        (
+            name::NUMAFRAME_NODE,
+            Box::new(NumaNode::new(&nm, NodeId::new(0), AllocFlags::empty())),
+        ),
+        (name::BUDDY, Box::new(Buddy::new(n))),
+        (
+            name::BITMAP,
+            Box::new(Bitmap::<bitmap_allocator::BitAlloc1M>::new(n)),
+        ),
+        (name::FREE_LIST, Box::new(FreeListPeer::new(n))),
+        (name::FLOOR, Box::new(Floor::new(n))),
+    ];
+    let cells = allocators
+        .drain(..)
+        .enumerate()
+        .map(|(k, (allocator, mut a))| {
+            let mut held = Vec::new();
+            let mut rng = Rng::new(0x7e9e_a700 + k as u64);
+            cell(REPEAT, allocator, move |i| {
+                repeat(&mut *a, &mut held, &mut rng, i)
+            })
+        })
+        .collect();
+    v.group(Group {
+        title: "repeat",
+        heavy: false,
+        cells,
+    })
 }
 
 fn fill<'a>(a: &'a mut dyn Frames, seed: u64) -> impl FnMut(u64) -> Sample + 'a {
