@@ -108,6 +108,22 @@ fn quick_json_reports_every_scenario() {
     ] {
         assert!(has(scenario::REPEAT, a), "repeat: {a} missing");
     }
+    let result = |s: &str, a: &str| {
+        results
+            .iter()
+            .find(|r| r["scenario"] == s && r["allocator"] == a)
+            .unwrap_or_else(|| panic!("{s}: {a} missing"))
+    };
+    for s in [scenario::HOTADD_LOAD, scenario::HOTADD_IDLE] {
+        let r = result(s, name::NUMAFRAME);
+        for k in ["calls", "timeouts", "timeout_ns"] {
+            assert!(r[k].is_u64(), "{s}: {k}");
+        }
+        for k in ["median_ns", "worst_ns", "load_pairs_per_s"] {
+            assert!(r[k].is_number(), "{s}: {k}");
+        }
+        assert!(r["timeouts"].as_u64() <= r["calls"].as_u64());
+    }
     // --quick leaves out only what takes seconds per run, and says so.
     assert_eq!(doc["quick"], Value::Bool(true));
     for s in doc["skipped"].as_array().expect("a skipped array") {

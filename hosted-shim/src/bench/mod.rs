@@ -1,5 +1,6 @@
 //! Side-by-side benchmarks: numaframe against the frame allocators its users would pick instead,
-//! the per-CPU cache throughput with 1, 2 and 4 threads, and the zonelist hint on `fake-64`.
+//! the per-CPU cache throughput with 1, 2 and 4 threads, the zonelist hint on `fake-64`, and
+//! experiments that report more than time (`hot_add` latency).
 //!
 //! The peers ([`peers`]) are [`buddy_system_allocator::FrameAllocator`],
 //! [`bitmap_allocator::BitAlloc1M`] (the smallest of its sizes — 16, 256, 4K, 64K, 1M, 16M,
@@ -37,6 +38,8 @@
 
 use std::io::{self, Write};
 
+pub mod experiments;
+pub mod hotadd;
 pub mod numa;
 pub mod ops;
 pub mod peers;
@@ -142,6 +145,13 @@ pub mod scenario {
     /// LLFree's "repeat": all of 1 GiB allocated in 4 KiB frames, then a free of a random held
     /// frame followed by an allocation, over and over; ns per free+allocation.
     pub const REPEAT: &str = "repeat 1GiB: random free + alloc, memory full";
+    /// `Machine::hot_add` from request to return while 2 threads allocate and free through
+    /// the per-CPU API ([`crate::bench::hotadd`]); `ns_per_op` is the median wait. JSON
+    /// fields: `calls`, `timeouts` (calls that had not returned after `timeout_ns`, when the
+    /// load stepped aside), `timeout_ns`, `median_ns`, `worst_ns`, `load_pairs_per_s`.
+    pub const HOTADD_LOAD: &str = "hot_add latency, 2 threads allocating";
+    /// The control: the same calls on an idle machine.
+    pub const HOTADD_IDLE: &str = "hot_add latency, idle machine";
 
     /// Every scenario, in run order.
     pub const ALL: &[&str] = &[
@@ -169,6 +179,8 @@ pub mod scenario {
         NODE_ORDER9,
         NODE_ORDER18,
         REPEAT,
+        HOTADD_LOAD,
+        HOTADD_IDLE,
     ];
 }
 
@@ -228,6 +240,10 @@ pub fn describe(scenario: &str) -> &'static str {
         REPEAT => {
             "all of 1 GiB held in 4 KiB frames, then free a random held frame and allocate one, repeatedly; ns per free+alloc"
         }
+        HOTADD_LOAD => {
+            "Machine::hot_add of 64 MiB, request to return, while 2 threads run alloc_cpu/free_cpu windows of 1024 frames; ns = median wait"
+        }
+        HOTADD_IDLE => "the same calls with no other thread running; ns = median wait",
         _ => "",
     }
 }

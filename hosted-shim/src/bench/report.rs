@@ -23,6 +23,13 @@ pub struct Measurement {
     /// group was taken in round `k`, so cells can be compared round by round).
     #[serde(skip)]
     pub per_sample: Vec<f64>,
+    /// Fields of the scenarios that report more than time (documented with each scenario in
+    /// [`scenario`]), flattened into the result's JSON object.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Lines the text table prints under the row.
+    #[serde(skip)]
+    pub detail: Vec<String>,
 }
 
 impl Measurement {
@@ -34,6 +41,8 @@ impl Measurement {
             ns_per_op: median(&mut per_sample.clone()),
             samples: per_sample.len(),
             per_sample,
+            extra: serde_json::Map::new(),
+            detail: Vec::new(),
         }
     }
 }
@@ -289,6 +298,9 @@ impl Report {
                 ratio(floor),
                 m.samples
             )?;
+            for line in &m.detail {
+                writeln!(out, "      {line}")?;
+            }
         }
         for s in self.skipped.iter().filter(|s| s.scenario == scenario) {
             writeln!(out, "  {:<24} skipped: {}", s.allocator, s.why)?;

@@ -5,6 +5,7 @@
 use std::io;
 use std::time::Duration;
 
+use super::experiments;
 use super::ops::Sample;
 use super::{Cell, Group, Measurement, Report, Sizes, Skipped, Visitor, visit};
 
@@ -21,6 +22,8 @@ pub struct Plan {
     pub cell_budget: Duration,
     /// Skip slow cells (free-list's O(n²) fill).
     pub skip_slow: bool,
+    /// The sizes of the experiments that run after the timed groups.
+    pub experiments: experiments::Sizes,
 }
 
 impl Plan {
@@ -31,6 +34,7 @@ impl Plan {
         heavy_samples: 5,
         cell_budget: Duration::from_millis(1500),
         skip_slow: false,
+        experiments: experiments::Sizes::FULL,
     };
     /// `--quick`: a smoke run of a few seconds; its numbers are rough.
     pub const QUICK: Plan = Plan {
@@ -39,6 +43,7 @@ impl Plan {
         heavy_samples: 1,
         cell_budget: Duration::from_millis(50),
         skip_slow: true,
+        experiments: experiments::Sizes::QUICK,
     };
 }
 
@@ -145,11 +150,13 @@ fn ns_per_op(s: Sample) -> f64 {
     s.time.as_nanos() as f64 / s.ops.max(1) as f64
 }
 
-/// Runs every scenario under `plan`; `on_scenario` sees the report each time a scenario is
-/// complete (the text output prints it then); `progress` is told what is measured next.
+/// Runs every scenario under `plan`: the timed groups of [`visit`], then the experiments.
+/// `on_scenario` sees the report each time a scenario is complete (the text output prints it
+/// then); `progress` is told what is measured next.
 ///
 /// # Errors
-/// If simulated memory cannot be mapped, a machine does not boot, or a callback fails.
+/// If simulated memory cannot be mapped, a machine does not boot, an allocator misbehaves in
+/// an experiment, or a callback fails.
 pub fn run(
     plan: Plan,
     on_scenario: &mut dyn FnMut(&Report, &str) -> io::Result<()>,
@@ -165,7 +172,20 @@ pub fn run(
         progress,
     };
     visit(Sizes::FULL, &mut runner)?;
-    let mut report = runner.report;
+    let Runner {
+        mut report,
+        on_scenario,
+        progress,
+        ..
+    } = runner;
+    experiments::run(
+        plan.experiments,
+        &mut experiments::Sink {
+            report: &mut report,
+            progress,
+            done: on_scenario,
+        },
+    )?;
     report.compute_targets();
     Ok(report)
 }
