@@ -114,6 +114,33 @@ fn quick_json_reports_every_scenario() {
             .find(|r| r["scenario"] == s && r["allocator"] == a)
             .unwrap_or_else(|| panic!("{s}: {a} missing"))
     };
+    let fraction = |v: &Value| v.is_null() || v.as_f64().is_some_and(|x| (0.0..=1.0).contains(&x));
+    for a in [
+        name::NUMAFRAME,
+        name::NUMAFRAME_NODE,
+        name::BUDDY,
+        name::BITMAP,
+        name::ORACLE,
+    ] {
+        let r = result(scenario::CHURN, a);
+        let rounds: Vec<u64> = r["checkpoints"]
+            .as_array()
+            .expect("churn checkpoints")
+            .iter()
+            .map(|c| {
+                assert!(fraction(&c["hba9"]) && fraction(&c["hba18"]), "{a}: {c}");
+                c["round"].as_u64().expect("a round")
+            })
+            .collect();
+        assert_eq!(rounds, [0, 1, 10, 50, 100], "{a}");
+        let probe = &r["order9"];
+        let (found, free) = (
+            probe["found"].as_u64().expect("order9.found"),
+            probe["free_blocks"].as_u64().expect("order9.free_blocks"),
+        );
+        assert!(found <= free, "{a}: {probe}");
+        assert!(r["frames"].as_u64().is_some());
+    }
     for s in [scenario::HOTADD_LOAD, scenario::HOTADD_IDLE] {
         let r = result(s, name::NUMAFRAME);
         for k in ["calls", "timeouts", "timeout_ns"] {

@@ -1,18 +1,29 @@
-//! The scenarios that report more than time: `hot_add` latency ([`super::hotadd`]). Each runs
-//! once per allocator (no calibration, no samples), so they are not criterion cells; the
-//! runner calls [`run`] after the timed groups.
+//! The scenarios that report more than time: `hot_add` latency ([`super::hotadd`]) and
+//! fragmentation after churn ([`super::churn`]). Each runs once per allocator (no
+//! calibration, no samples), so they are not criterion cells; the runner calls [`run`] after
+//! the timed groups.
 #![deny(unsafe_code)]
 
 use std::io;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use bitmap_allocator::{BitAlloc, BitAlloc1M, BitAlloc16M};
+use numaframe::{AllocFlags, NodeId, PAGE_SIZE};
+use serde_json::{Map, Value, json};
 
-use super::{Measurement, Report, hotadd, name, scenario};
+use super::oracle::Oracle;
+use super::{
+    Bitmap, Buddy, Measurement, NODE_BASE, NumaCpu, NumaNode, OneNode, Report, churn, hotadd, name,
+    scenario,
+};
 
 /// How big the experiments are.
 #[derive(Clone, Copy, Debug)]
 pub struct Sizes {
+    /// Frames of the churn node.
+    pub churn_frames: u64,
+    /// Churn rounds.
+    pub churn_rounds: u32,
     /// `hot_add` calls per run.
     pub hotadd_calls: usize,
     /// When a `hot_add` call counts as timed out.
@@ -22,11 +33,15 @@ pub struct Sizes {
 impl Sizes {
     /// The full run.
     pub const FULL: Sizes = Sizes {
+        churn_frames: 1 << 22,
+        churn_rounds: 100,
         hotadd_calls: 20,
         hotadd_timeout: Duration::from_millis(500),
     };
-    /// `--quick`: fewer calls.
+    /// `--quick`: 1 GiB of churn, fewer calls.
     pub const QUICK: Sizes = Sizes {
+        churn_frames: 1 << 18,
+        churn_rounds: 100,
         hotadd_calls: 5,
         hotadd_timeout: Duration::from_millis(100),
     };
@@ -55,7 +70,15 @@ impl std::fmt::Debug for Sink<'_> {
 /// that does not take all memory) or a callback fails.
 pub fn run(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
     hot_add(sizes, sink)?;
-    Ok(())
+    churn_all(sizes, sink)
+}
+
+fn err(what: &str) -> impl Fn(String) -> io::Error + '_ {
+    move |e| io::Error::other(format!("{what}: {e}"))
+}
+
+fn percent(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_string(), |v| format!("{:.1}%", 100.0 * v))
 }
 
 fn measurement(
@@ -99,4 +122,107 @@ fn hot_add(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
         (sink.done)(sink.report, s)?;
     }
     Ok(())
+}
+
+fn churn_all(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
+    let s = scenario::CHURN;
+    let frames = sizes.churn_frames;
+    let rounds = sizes.churn_rounds;
+    let base = NODE_BASE / PAGE_SIZE;
+    let record = |sink: &mut Sink<'_>, allocator, o: churn::Outcome| {
+        let fmt = |f: &dyn Fn(&churn::Checkpoint) -> Option<f64>| {
+            o.checkpoints
+                .iter()
+                .map(|c| format!("r{} {}", c.round, percent(f(c))))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut detail = vec![
+            format!("HBA_9:  {}", fmt(&|c| c.hba9)),
+            format!("HBA_18: {}", fmt(&|c| c.hba18)),
+        ];
+        detail.push(match o.order9 {
+            Some(p) => format!(
+                "order-9 after round {rounds}: {} allocations succeeded, {} aligned 2 MiB blocks were fully free",
+                p.found, p.free_blocks
+            ),
+            None => "order-9: not measured (this allocator cannot allocate aligned 2 MiB blocks)"
+                .to_string(),
+        });
+        let extra = json!({
+            "frames": frames,
+            "checkpoints": o.checkpoints,
+            "order9": o.order9,
+        });
+        let ns = o.time.as_nanos() as f64 / o.ops.max(1) as f64;
+        sink.report
+            .results
+            .push(measurement(s, allocator, ns, extra, detail));
+    };
+    let step = |sink: &mut Sink<'_>, allocator: &str| (sink.progress)(&format!("{s}: {allocator}"));
+
+    step(sink, name::NUMAFRAME)?;
+    {
+        let node = OneNode::exact(frames)?;
+        let m = node.boot()?;
+        let mut a = NumaCpu::new(&m, 0);
+        let o = churn::run(&mut a, base, frames, rounds, true, &mut |_| m.drain_all())
+            .map_err(err("churn, numaframe"))?;
+        record(sink, name::NUMAFRAME, o);
+    }
+    step(sink, name::NUMAFRAME_NODE)?;
+    {
+        let node = OneNode::exact(frames)?;
+        let m = node.boot()?;
+        let mut a = NumaNode::new(&m, NodeId::new(0), AllocFlags::empty());
+        let o = churn::run(&mut a, base, frames, rounds, true, &mut |_| {})
+            .map_err(err("churn, numaframe-node"))?;
+        record(sink, name::NUMAFRAME_NODE, o);
+    }
+    step(sink, name::BUDDY)?;
+    let o = churn::run(
+        &mut Buddy::new(frames),
+        0,
+        frames,
+        rounds,
+        true,
+        &mut |_| {},
+    )
+    .map_err(err("churn, buddy_system_allocator"))?;
+    record(sink, name::BUDDY, o);
+    step(sink, name::BITMAP)?;
+    let o = if frames <= BitAlloc1M::CAP as u64 {
+        bitmap_churn::<BitAlloc1M>(frames, rounds)
+    } else {
+        bitmap_churn::<BitAlloc16M>(frames, rounds)
+    }?;
+    record(sink, name::BITMAP, o);
+    step(sink, name::ORACLE)?;
+    let o = churn::run(
+        &mut Oracle::blocks(frames),
+        0,
+        frames,
+        rounds,
+        true,
+        &mut |_| {},
+    )
+    .map_err(err("churn, oracle"))?;
+    record(sink, name::ORACLE, o);
+    (sink.done)(sink.report, s)
+}
+
+/// bitmap-allocator's churn on a thread of its own with a large stack: `Box::new` of the
+/// 16M-bit tree (2 MiB) may build it on the stack first.
+fn bitmap_churn<B: BitAlloc + Send>(frames: u64, rounds: u32) -> io::Result<churn::Outcome> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(64 << 20)
+            .spawn_scoped(s, || {
+                let mut a = Bitmap::<B>::new(frames);
+                churn::run(&mut a, 0, frames, rounds, true, &mut |_| {})
+            })?
+            .join()
+            .map_err(|_| io::Error::other("the bitmap-allocator thread panicked"))?
+            .map_err(err("churn, bitmap-allocator"))
+    })
 }

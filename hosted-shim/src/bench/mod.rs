@@ -1,6 +1,6 @@
 //! Side-by-side benchmarks: numaframe against the frame allocators its users would pick instead,
 //! the per-CPU cache throughput with 1, 2 and 4 threads, the zonelist hint on `fake-64`, and
-//! experiments that report more than time (`hot_add` latency).
+//! experiments that report more than time (fragmentation after churn, `hot_add` latency).
 //!
 //! The peers ([`peers`]) are [`buddy_system_allocator::FrameAllocator`],
 //! [`bitmap_allocator::BitAlloc1M`] (the smallest of its sizes — 16, 256, 4K, 64K, 1M, 16M,
@@ -38,10 +38,13 @@
 
 use std::io::{self, Write};
 
+pub mod churn;
 pub mod experiments;
+pub mod held;
 pub mod hotadd;
 pub mod numa;
 pub mod ops;
+pub mod oracle;
 pub mod peers;
 pub mod report;
 pub mod runner;
@@ -88,6 +91,8 @@ pub mod name {
     pub const FLOOR_PER_THREAD: &str = "floor-per-thread";
     /// numaframe through the node API (`Machine::alloc`/`free`), no per-CPU cache.
     pub const NUMAFRAME_NODE: &str = "numaframe-node";
+    /// The occupancy-aware oracle of [`crate::bench::oracle`].
+    pub const ORACLE: &str = "oracle";
 }
 
 /// Scenario names, in the order they run. Every one of them is reported by a full run and by a
@@ -145,6 +150,12 @@ pub mod scenario {
     /// LLFree's "repeat": all of 1 GiB allocated in 4 KiB frames, then a free of a random held
     /// frame followed by an allocation, over and over; ns per free+allocation.
     pub const REPEAT: &str = "repeat 1GiB: random free + alloc, memory full";
+    /// LLFree's fragmentation recipe ([`crate::bench::churn`]) over one node of 16 GiB
+    /// (1 GiB with `--quick`); `ns_per_op` is per allocation or free. JSON fields:
+    /// `frames`; `checkpoints`: `[{"round","hba9","hba18"}]` at rounds 0, 1, 10, 50 and 100
+    /// (`null` when no frame is free); `order9`: `{"found","free_blocks"}` after round 100,
+    /// or `null` where the allocator cannot allocate aligned 2 MiB blocks.
+    pub const CHURN: &str = "churn: HBA_9/HBA_18 after random 4KiB churn";
     /// `Machine::hot_add` from request to return while 2 threads allocate and free through
     /// the per-CPU API ([`crate::bench::hotadd`]); `ns_per_op` is the median wait. JSON
     /// fields: `calls`, `timeouts` (calls that had not returned after `timeout_ns`, when the
@@ -181,6 +192,7 @@ pub mod scenario {
         REPEAT,
         HOTADD_LOAD,
         HOTADD_IDLE,
+        CHURN,
     ];
 }
 
@@ -240,6 +252,9 @@ pub fn describe(scenario: &str) -> &'static str {
         REPEAT => {
             "all of 1 GiB held in 4 KiB frames, then free a random held frame and allocate one, repeatedly; ns per free+alloc"
         }
+        CHURN => {
+            "fill with 4 KiB, free a random 50%, then rounds of freeing a random 10% of held frames and allocating as many; HBA_k = free frames in whole aligned 2^k blocks / free frames, from the bench's record; ns per alloc or free"
+        }
         HOTADD_LOAD => {
             "Machine::hot_add of 64 MiB, request to return, while 2 threads run alloc_cpu/free_cpu windows of 1024 frames; ns = median wait"
         }
@@ -264,7 +279,8 @@ pub fn run_cli(
         writeln!(
             out,
             "numaframe bench{}: numaframe against buddy_system_allocator 0.13, bitmap-allocator 0.4 \
-             (BitAlloc1M), free-list 0.3 and a Vec<u64> floor.\n\
+             (BitAlloc1M; BitAlloc16M for the 16 GiB churn), free-list 0.3, a Vec<u64> floor and, \
+             for fragmentation, an oracle.\n\
              1 GiB = {FRAMES_1G} frames of 4 KiB; medians over samples taken round-robin; \
              single-threaded peers run bare, threaded ones behind spin::Mutex.\n\
              numaframe = alloc_cpu/free_cpu with per-CPU caches (bulk: alloc_bulk/free_bulk); \
