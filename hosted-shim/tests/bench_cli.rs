@@ -141,6 +141,21 @@ fn quick_json_reports_every_scenario() {
         assert!(found <= free, "{a}: {probe}");
         assert!(r["frames"].as_u64().is_some());
     }
+    for a in [name::NUMAFRAME_NODE, name::ORACLE] {
+        let r = result(scenario::GUESTS, a);
+        let checkpoints = r["checkpoints"].as_array().expect("guest checkpoints");
+        assert!(!checkpoints.is_empty());
+        for c in checkpoints {
+            assert!(
+                c["day"].is_u64() && fraction(&c["hba18"]) && fraction(&c["hba9"]),
+                "{c}"
+            );
+        }
+        for k in ["share_1g", "share_2m", "share_1g_possible"] {
+            assert!(fraction(&r[k]) && !r[k].is_null(), "{a}: {k} = {}", r[k]);
+        }
+        assert!(r["guests"].is_u64() && r["failed"].is_u64() && r["days"].is_u64());
+    }
     for s in [scenario::HOTADD_LOAD, scenario::HOTADD_IDLE] {
         let r = result(s, name::NUMAFRAME);
         for k in ["calls", "timeouts", "timeout_ns"] {

@@ -1,7 +1,7 @@
-//! The scenarios that report more than time: `hot_add` latency ([`super::hotadd`]) and
-//! fragmentation after churn ([`super::churn`]). Each runs once per allocator (no
-//! calibration, no samples), so they are not criterion cells; the runner calls [`run`] after
-//! the timed groups.
+//! The scenarios that report more than time: fragmentation after churn ([`super::churn`]),
+//! host and guests ([`super::guests`]) and `hot_add` latency ([`super::hotadd`]). Each runs
+//! once per allocator (no calibration, no samples), so they are not criterion cells; the
+//! runner calls [`run`] after the timed groups.
 #![deny(unsafe_code)]
 
 use std::io;
@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use super::oracle::Oracle;
 use super::{
-    Bitmap, Buddy, Measurement, NODE_BASE, NumaCpu, NumaNode, OneNode, Report, churn, hotadd, name,
-    scenario,
+    Bitmap, Buddy, Measurement, NODE_BASE, NumaCpu, NumaNode, OneNode, Report, churn, guests,
+    hotadd, name, scenario,
 };
 
 /// How big the experiments are.
@@ -24,6 +24,10 @@ pub struct Sizes {
     pub churn_frames: u64,
     /// Churn rounds.
     pub churn_rounds: u32,
+    /// Frames of the host-and-guests node (whole GiBs).
+    pub guest_frames: u64,
+    /// Days of host and guests.
+    pub guest_days: u32,
     /// `hot_add` calls per run.
     pub hotadd_calls: usize,
     /// When a `hot_add` call counts as timed out.
@@ -31,17 +35,21 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// The full run.
+    /// The full run: 16 GiB nodes.
     pub const FULL: Sizes = Sizes {
         churn_frames: 1 << 22,
         churn_rounds: 100,
+        guest_frames: 1 << 22,
+        guest_days: 200,
         hotadd_calls: 20,
         hotadd_timeout: Duration::from_millis(500),
     };
-    /// `--quick`: 1 GiB of churn, fewer calls.
+    /// `--quick`: 1 GiB of churn, 8 GiB of guests.
     pub const QUICK: Sizes = Sizes {
         churn_frames: 1 << 18,
         churn_rounds: 100,
+        guest_frames: 1 << 21,
+        guest_days: 50,
         hotadd_calls: 5,
         hotadd_timeout: Duration::from_millis(100),
     };
@@ -70,7 +78,8 @@ impl std::fmt::Debug for Sink<'_> {
 /// that does not take all memory) or a callback fails.
 pub fn run(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
     hot_add(sizes, sink)?;
-    churn_all(sizes, sink)
+    churn_all(sizes, sink)?;
+    guests_all(sizes, sink)
 }
 
 fn err(what: &str) -> impl Fn(String) -> io::Error + '_ {
@@ -225,4 +234,55 @@ fn bitmap_churn<B: BitAlloc + Send>(frames: u64, rounds: u32) -> io::Result<chur
             .map_err(|_| io::Error::other("the bitmap-allocator thread panicked"))?
             .map_err(err("churn, bitmap-allocator"))
     })
+}
+
+fn guests_all(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
+    let s = scenario::GUESTS;
+    let (frames, days) = (sizes.guest_frames, sizes.guest_days);
+    let record = |sink: &mut Sink<'_>, allocator, o: guests::Outcome| {
+        let cps: Vec<String> = o
+            .checkpoints
+            .iter()
+            .map(|c| format!("day {} {}", c.day, percent(c.hba18)))
+            .collect();
+        let detail = vec![
+            format!("HBA_18: {}", cps.join(", ")),
+            format!(
+                "guests created after day 0: {} ({} failed); memory backed by 1 GiB frames {:.1}% (their whole GiBs: {:.1}%), by 2 MiB {:.1}%",
+                o.guests,
+                o.failed,
+                100.0 * o.share_1g,
+                100.0 * o.share_1g_possible,
+                100.0 * o.share_2m
+            ),
+        ];
+        let extra = json!({
+            "frames": frames,
+            "days": days,
+            "checkpoints": o.checkpoints,
+            "share_1g": o.share_1g,
+            "share_2m": o.share_2m,
+            "share_1g_possible": o.share_1g_possible,
+            "guests": o.guests,
+            "failed": o.failed,
+        });
+        let ns = o.time.as_nanos() as f64 / o.ops.max(1) as f64;
+        sink.report
+            .results
+            .push(measurement(s, allocator, ns, extra, detail));
+    };
+    (sink.progress)(&format!("{s}: {}", name::NUMAFRAME_NODE))?;
+    {
+        let node = OneNode::exact(frames)?;
+        let m = node.boot()?;
+        let mut a = NumaNode::new(&m, NodeId::new(0), AllocFlags::empty());
+        let o = guests::run(&mut a, NODE_BASE / PAGE_SIZE, frames, days)
+            .map_err(err("host and guests, numaframe-node"))?;
+        record(sink, name::NUMAFRAME_NODE, o);
+    }
+    (sink.progress)(&format!("{s}: {}", name::ORACLE))?;
+    let o = guests::run(&mut Oracle::sections(frames), 0, frames, days)
+        .map_err(err("host and guests, oracle"))?;
+    record(sink, name::ORACLE, o);
+    (sink.done)(sink.report, s)
 }

@@ -40,6 +40,7 @@ use std::io::{self, Write};
 
 pub mod churn;
 pub mod experiments;
+pub mod guests;
 pub mod held;
 pub mod hotadd;
 pub mod numa;
@@ -156,6 +157,12 @@ pub mod scenario {
     /// (`null` when no frame is free); `order9`: `{"found","free_blocks"}` after round 100,
     /// or `null` where the allocator cannot allocate aligned 2 MiB blocks.
     pub const CHURN: &str = "churn: HBA_9/HBA_18 after random 4KiB churn";
+    /// Host and guests ([`crate::bench::guests`]) over one node of 16 GiB (8 GiB with
+    /// `--quick`); `ns_per_op` is per allocation or free. JSON fields: `frames`, `days`;
+    /// `checkpoints`: `[{"day","hba18","hba9","free"}]`; `share_1g`, `share_2m`,
+    /// `share_1g_possible` of the memory of guests created after day 0; `guests`, `failed`.
+    pub const GUESTS: &str =
+        "host and guests: HBA_18 and 1GiB-backed guest share after days of churn";
     /// `Machine::hot_add` from request to return while 2 threads allocate and free through
     /// the per-CPU API ([`crate::bench::hotadd`]); `ns_per_op` is the median wait. JSON
     /// fields: `calls`, `timeouts` (calls that had not returned after `timeout_ns`, when the
@@ -193,6 +200,7 @@ pub mod scenario {
         HOTADD_LOAD,
         HOTADD_IDLE,
         CHURN,
+        GUESTS,
     ];
 }
 
@@ -254,6 +262,9 @@ pub fn describe(scenario: &str) -> &'static str {
         }
         CHURN => {
             "fill with 4 KiB, free a random 50%, then rounds of freeing a random 10% of held frames and allocating as many; HBA_k = free frames in whole aligned 2^k blocks / free frames, from the bench's record; ns per alloc or free"
+        }
+        GUESTS => {
+            "guests of 0.5-3 GiB backed with 1 GiB, then 2 MiB, then 4 KiB frames, one torn down a day, their 4 KiB pools churned; the host's 4 KiB allocations (3%) outlive them; ns per alloc or free"
         }
         HOTADD_LOAD => {
             "Machine::hot_add of 64 MiB, request to return, while 2 threads run alloc_cpu/free_cpu windows of 1024 frames; ns = median wait"
