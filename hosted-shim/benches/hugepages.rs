@@ -1,4 +1,4 @@
-//! Boot-time huge-page reservation on the machines of the huge-page issue, 1 thread and 2
+//! Boot-time huge-page reservation on the two big presets, 1 thread and 2
 //! threads side by side:
 //! - `12tb-2node`, `hugepagesz=1G hugepages=11776` (65.2 s on Linux, 18.3 s with padata);
 //! - `1tb-2node`, `hugepagesz=2M hugepages=500000` (2 s on Linux, 1 s with padata).
@@ -6,7 +6,7 @@
 //! `reserve/…` times the reservation alone on a machine booted once; after each iteration the
 //! pages go back to the buddy (untimed), so later iterations find the lazily built metadata of
 //! split 1 GiB blocks already in place. `boot+reserve/…` boots a fresh simulated machine in
-//! every iteration and times the boot and the reservation together, as the issue's targets
+//! every iteration and times the boot and the reservation together, as the targets
 //! (under 100 ms each) count them; mapping and unmapping the simulated memory is not timed.
 //!
 //! `cargo bench -p numaframe-hosted --bench hugepages`

@@ -1,5 +1,5 @@
 //! A placement model: what throughput a placement of memory traffic can reach when every node's
-//! memory and every socket-to-socket link is a resource with a bandwidth (issue 4, item 5).
+//! memory and every socket-to-socket link is a resource with a bandwidth.
 //!
 //! # The model
 //! - A **placement** says, for each CPU (initiator) node, which share of its memory traffic goes
@@ -483,8 +483,8 @@ impl Scenario {
         }
     }
 
-    /// The seed's measurement on `cxl-2socket` with weights 3,3,1,1 over all four nodes
-    /// (issue 4), GB/s.
+    /// The seed's measurement on `cxl-2socket` with weights 3,3,1,1 over all four nodes,
+    /// GB/s.
     pub fn seed_measured_gbps(self) -> f64 {
         match self {
             Scenario::LocalDram => 966.0,

@@ -1,4 +1,4 @@
-//! The built-in machines of `DESIGN.md`'s preset table.
+//! The built-in machines of the preset table in docs/ ("Hosted CLI contract").
 //!
 //! CPUs are numbered consecutively across nodes (node 0 has CPUs `0..k`, node 1 the next `k`,
 //! and so on), and every node has an explicit socket id.
@@ -8,7 +8,7 @@ use numaframe::NodeId;
 
 use crate::spec::{MachineSpec, NodeSpec};
 
-/// The names [`preset`] knows, in the order `DESIGN.md` lists them.
+/// The names [`preset`] knows, in the order docs/ lists them.
 pub const PRESETS: &[&str] = &[
     "amd-4node",
     "dual-socket-8node",

@@ -1,7 +1,9 @@
 //! `numaframe bench --quick` through the binary: the JSON shape of the CLI contract
-//! (`{"results":[{"scenario","allocator","ns_per_op"},…]}`), every scenario reported, every
-//! peer present where the issue compares it. No timing is asserted. (The human table is
-//! unit-tested in `bench.rs` on a synthetic report, so only one quick run happens here.)
+//! (`{"results":[{"scenario","allocator","ns_per_op"},…]}`, plus the fields of the scenarios
+//! that report more than time), every scenario reported, every peer present where the
+//! scenario compares it, progress on stderr only. No timing and no measured value is
+//! asserted. (The human table is unit-tested in `bench/report.rs` on a synthetic report, so
+//! only one quick run happens here.)
 
 use std::collections::BTreeSet;
 
@@ -15,7 +17,14 @@ use support::*;
 fn quick_json_reports_every_scenario() {
     let (code, out, err) = numaframe(&["bench", "--json", "--quick"]);
     assert_eq!(code, 0, "stderr: {err}");
-    assert!(err.is_empty(), "stderr: {err}");
+    // Progress goes to stderr, one `bench:` line per group of scenarios, naming each.
+    assert!(
+        err.lines().all(|l| l.starts_with("bench: ")),
+        "stderr: {err}"
+    );
+    for s in scenario::ALL {
+        assert!(err.contains(s), "no progress line names {s:?}: {err}");
+    }
     assert_eq!(out.lines().count(), 1, "one JSON document on one line");
     let doc: Value = serde_json::from_str(&out).expect("valid JSON");
     let results = doc["results"].as_array().expect("a results array");
@@ -37,7 +46,7 @@ fn quick_json_reports_every_scenario() {
     }
     assert_eq!(scenarios.len(), scenario::ALL.len(), "{scenarios:?}");
     let has = |s: &str, a: &str| seen.contains(&(s.to_string(), a.to_string()));
-    // Every peer is measured side by side with numaframe in the scenarios the issue compares.
+    // Every peer is measured side by side with numaframe in the scenarios that compare them.
     for s in [
         scenario::PAIR_1G,
         scenario::BULK_ALLOC,
@@ -64,6 +73,99 @@ fn quick_json_reports_every_scenario() {
         }
     }
     assert!(has(scenario::INTERLEAVE, name::NUMAFRAME_SINGLES));
+    for a in [
+        name::FLOOR_PER_THREAD,
+        name::NUMAFRAME,
+        name::NUMAFRAME_NOCACHE,
+        name::BUDDY,
+        name::BITMAP,
+        name::FREE_LIST,
+        name::FLOOR,
+    ] {
+        assert!(has(scenario::THREADS_4, a), "4 threads: {a} missing");
+    }
+    for s in [
+        scenario::NODE_ORDER0,
+        scenario::NODE_ORDER9,
+        scenario::NODE_ORDER18,
+    ] {
+        for a in [
+            name::NUMAFRAME_NODE,
+            name::BUDDY,
+            name::BITMAP,
+            name::FREE_LIST,
+        ] {
+            assert!(has(s, a), "{s}: {a} missing");
+        }
+    }
+    for a in [
+        name::NUMAFRAME,
+        name::NUMAFRAME_NODE,
+        name::BUDDY,
+        name::BITMAP,
+        name::FREE_LIST,
+        name::FLOOR,
+    ] {
+        assert!(has(scenario::REPEAT, a), "repeat: {a} missing");
+    }
+    let result = |s: &str, a: &str| {
+        results
+            .iter()
+            .find(|r| r["scenario"] == s && r["allocator"] == a)
+            .unwrap_or_else(|| panic!("{s}: {a} missing"))
+    };
+    let fraction = |v: &Value| v.is_null() || v.as_f64().is_some_and(|x| (0.0..=1.0).contains(&x));
+    for a in [
+        name::NUMAFRAME,
+        name::NUMAFRAME_NODE,
+        name::BUDDY,
+        name::BITMAP,
+        name::ORACLE,
+    ] {
+        let r = result(scenario::CHURN, a);
+        let rounds: Vec<u64> = r["checkpoints"]
+            .as_array()
+            .expect("churn checkpoints")
+            .iter()
+            .map(|c| {
+                assert!(fraction(&c["hba9"]) && fraction(&c["hba18"]), "{a}: {c}");
+                c["round"].as_u64().expect("a round")
+            })
+            .collect();
+        assert_eq!(rounds, [0, 1, 10, 50, 100], "{a}");
+        let probe = &r["order9"];
+        let (found, free) = (
+            probe["found"].as_u64().expect("order9.found"),
+            probe["free_blocks"].as_u64().expect("order9.free_blocks"),
+        );
+        assert!(found <= free, "{a}: {probe}");
+        assert!(r["frames"].as_u64().is_some());
+    }
+    for a in [name::NUMAFRAME_NODE, name::ORACLE] {
+        let r = result(scenario::GUESTS, a);
+        let checkpoints = r["checkpoints"].as_array().expect("guest checkpoints");
+        assert!(!checkpoints.is_empty());
+        for c in checkpoints {
+            assert!(
+                c["day"].is_u64() && fraction(&c["hba18"]) && fraction(&c["hba9"]),
+                "{c}"
+            );
+        }
+        for k in ["share_1g", "share_2m", "share_1g_possible"] {
+            assert!(fraction(&r[k]) && !r[k].is_null(), "{a}: {k} = {}", r[k]);
+        }
+        assert!(r["guests"].is_u64() && r["failed"].is_u64() && r["days"].is_u64());
+    }
+    for s in [scenario::HOTADD_LOAD, scenario::HOTADD_IDLE] {
+        let r = result(s, name::NUMAFRAME);
+        for k in ["calls", "timeouts", "timeout_ns"] {
+            assert!(r[k].is_u64(), "{s}: {k}");
+        }
+        for k in ["median_ns", "worst_ns", "load_pairs_per_s"] {
+            assert!(r[k].is_number(), "{s}: {k}");
+        }
+        assert!(r["timeouts"].as_u64() <= r["calls"].as_u64());
+    }
     // --quick leaves out only what takes seconds per run, and says so.
     assert_eq!(doc["quick"], Value::Bool(true));
     for s in doc["skipped"].as_array().expect("a skipped array") {

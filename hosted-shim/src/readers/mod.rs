@@ -2,7 +2,7 @@
 //!
 //! | source | text | file / directory |
 //! |---|---|---|
-//! | the TOML schema of `DESIGN.md` | [`parse_toml`] | [`read_toml_file`] |
+//! | the TOML schema of docs/ ("Hosted CLI contract") | [`parse_toml`] | [`read_toml_file`] |
 //! | what `numactl --hardware` prints | [`parse_numactl`] | [`read_numactl_file`] |
 //! | Linux sysfs (`/sys/devices/system/node`) | | [`read_sysfs`] |
 //!

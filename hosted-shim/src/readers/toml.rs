@@ -1,4 +1,4 @@
-//! The TOML machine description of `DESIGN.md`:
+//! The TOML machine description of docs/ ("Hosted CLI contract"):
 //!
 //! ```toml
 //! distances = [[10, 12], [12, 10]]   # row i = distances from node i

@@ -1,5 +1,6 @@
 //! `numaframe demo`: boots a simulated machine and shows what the allocator does with it: the
 //! boot log, a huge-page reservation, every memory policy, the per-CPU caches and numastat.
+#![deny(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,10 +13,38 @@ use numaframe::policy::{Policy, TaskPolicy, auto_weights};
 use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeMask, Order, Pfn};
 use serde_json::{Value, json};
 
-use crate::cli::CliError;
-use crate::hugepages::{default_threads, reserve};
+use super::hugepages::{default_threads, reserve};
+use super::source::load_preset;
+use crate::error::CliError;
+use crate::presets::PRESETS;
 use crate::sim::Sim;
 use crate::spec::MachineSpec;
+
+/// The options of `numaframe demo`.
+#[derive(clap::Args, Clone, Debug, Default)]
+#[command(override_usage = "numaframe demo [--preset NAME] [--json]")]
+pub struct Args {
+    /// The built-in machine to boot [default: cxl-2socket]
+    #[arg(long, value_name = "NAME", long_help = preset_help(),
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub preset: Option<String>,
+}
+
+fn preset_help() -> String {
+    format!(
+        "The built-in machine to boot [default: cxl-2socket; presets: {}]",
+        PRESETS.join(", ")
+    )
+}
+
+/// Runs `numaframe demo`.
+///
+/// # Errors
+/// [`CliError::BadInput`] for an unknown preset, [`CliError::Internal`] as [`run`].
+pub fn command(args: &Args, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let spec = load_preset(args.preset.as_deref().unwrap_or("cxl-2socket"))?;
+    run(&spec, json, out)
+}
 
 fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)

@@ -5,6 +5,7 @@
 //! runs each batch on `threads` threads that pull job indices from one shared
 //! [`JobCursor`], and waits for them before asking for the next batch. The result is the same
 //! for any number of threads.
+#![deny(unsafe_code)]
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -14,9 +15,42 @@ use numaframe::hugetlb::{JobCursor, Report, ReservationPlan};
 use numaframe::{BootOptions, Machine, NodeId};
 use serde::Serialize;
 
-use crate::cli::CliError;
+use super::source::Source;
+use crate::error::CliError;
 use crate::sim::Sim;
 use crate::spec::MachineSpec;
+
+/// The options of `numaframe hugepages`.
+#[derive(clap::Args, Clone, Debug, Default)]
+#[command(
+    override_usage = "numaframe hugepages <topology> --cmdline \"hugepagesz=1G hugepages=0:4,1:4\" [--threads T] [--json]"
+)]
+pub struct Args {
+    /// Linux's huge-page parameters: hugepagesz=, hugepages= (also per node, 0:4,1:4),
+    /// default_hugepagesz=
+    #[arg(long, value_name = "TEXT")]
+    pub cmdline: Option<String>,
+    /// Threads that run the reservation jobs [default: the CPUs this process may use]
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+    /// The machine.
+    #[command(flatten, next_help_heading = "Topology (exactly one)")]
+    pub source: Source,
+}
+
+/// Runs `numaframe hugepages`.
+///
+/// # Errors
+/// As [`run`]; [`CliError::BadInput`] also for a bad topology or a missing `--cmdline`.
+pub fn command(args: &Args, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let spec = args.source.machine()?;
+    let cmdline = args
+        .cmdline
+        .as_deref()
+        .ok_or_else(|| CliError::BadInput("--cmdline is required".to_string()))?;
+    let threads = args.threads.map_or_else(default_threads, usize::from);
+    run(&spec, cmdline, threads, json, out)
+}
 
 /// The default `--threads`: the CPUs this process may run on (1 if that is unknown).
 pub fn default_threads() -> usize {
@@ -148,7 +182,7 @@ pub fn run(
     Ok(())
 }
 
-/// The JSON document, fields in the order DESIGN.md shows.
+/// The JSON document, fields in the order the contract in docs/ shows.
 #[derive(Serialize)]
 struct Doc {
     pools: Vec<Pool>,

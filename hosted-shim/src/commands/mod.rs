@@ -1,0 +1,10 @@
+//! The `numaframe` commands, one module each: its options (`Args`, parsed by clap in
+//! [`crate::cli`]) and its entry point `command(args, json, out)`.
+#![deny(unsafe_code)]
+
+pub mod bench;
+pub mod demo;
+pub mod hugepages;
+pub mod interleave;
+pub mod source;
+pub mod zonelists;
