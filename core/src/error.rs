@@ -246,6 +246,11 @@ pub enum InvariantError {
         /// Node of the zone.
         node: NodeId,
     },
+    /// A pageblock's header disagrees with its planes or its place (bucket, spare, CPU).
+    Pageblock {
+        /// The pageblock's first frame.
+        pfn: Pfn,
+    },
 }
 
 impl_error!(
@@ -260,5 +265,9 @@ impl_error!(
         InvariantError::Unmerged { pfn } => write!(f, "pfn {pfn} and its buddy are both free"),
         InvariantError::Counter { node } =>
             write!(f, "counters of node {node} disagree with its lists"),
+        InvariantError::Pageblock { pfn } => write!(
+            f,
+            "pageblock at pfn {pfn} disagrees with its planes or its place"
+        ),
     }
 );

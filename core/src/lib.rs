@@ -22,8 +22,10 @@
 //!
 //! /// Physical memory identity-mapped onto a static arena: frame `n` is arena page `n`.
 //! struct Arena(*mut u8);
-//! // SAFETY: the arena is 4 KiB aligned, lives forever, and this example hands the allocator
-//! // every range it maps (the frames it hands out are never touched through `map`).
+//! // SAFETY: the pointer is only offset, never dereferenced, by `map`, which any thread may call.
+//! unsafe impl Sync for Arena {}
+//! // SAFETY: the arena is 4 KiB aligned, lives forever, and the allocator maps each range of it
+//! // at most once (the frames it hands out are never touched through `map`).
 //! unsafe impl PhysMemory for Arena {
 //!     fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
 //!         (range.end().get() <= FRAMES).then(|| {
@@ -57,6 +59,7 @@
 //! ```
 
 pub mod addr;
+mod bitmap;
 mod buddy;
 pub mod error;
 #[cfg(feature = "fdt")]
@@ -83,11 +86,13 @@ mod test_util;
 #[cfg(feature = "fdt")]
 pub use self::fdt::{FdtError, FdtTopology};
 pub use addr::{HugeSize, MAX_ORDER, Order, PAGE_SIZE, Pfn, PhysAddr, PhysRange};
+pub use buddy::{PageblockCounts, PageblockInfo, PageblockKind};
 pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
 pub use machine::{AllocFlags, BootOptions, Machine, MemoryRange};
+pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;
-pub use node::{HugeCounts, Node, Watermarks, Zone, ZoneCounters, ZoneKind};
+pub use node::{HugeCounts, Node, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};
 pub use percpu::{CpuId, PcpConfig};
 pub use platform::PhysMemory;
 pub use stats::NumaStat;

@@ -2,11 +2,13 @@
 #![deny(unsafe_code)]
 
 use crate::addr::{NR_ORDERS, Order, Pfn, PhysRange};
-use crate::buddy::{FreeArea, classify};
+use crate::bitmap::Plane;
+use crate::buddy::{Found, FreeArea, HotFrames, Lent, NoBlock, PageblockCounts, PageblockInfo};
 use crate::error::{FreeError, InvariantError};
-use crate::meta::{Span, SpanList, tag};
+use crate::meta::{Class, PB_SHIFT, PbRef, Seed, Short, SpanMeta, Use};
+use crate::platform::Mapped;
 use crate::stats::NumaStats;
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, LockFamily, MultiLock, Mutex, Ordering};
 use crate::topology::NodeId;
 
 /// First frame above the `Dma32` zone (4 GiB).
@@ -82,7 +84,7 @@ pub(crate) enum Mark {
 }
 
 #[derive(Debug)]
-struct ZoneInner {
+pub(crate) struct ZoneInner {
     area: FreeArea,
     marks: Watermarks,
 }
@@ -98,13 +100,30 @@ impl ZoneInner {
     }
 }
 
-/// One zone: a buddy allocator behind a spinlock. Only the zone touches its free area: every
+/// A failed allocation from a zone: no memory above the watermark, or no metadata for the split
+/// it needs (the caller grows the zone's pool outside the lock and tries again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Empty,
+    Meta(Short),
+}
+
+impl From<NoBlock> for Refused {
+    fn from(e: NoBlock) -> Self {
+        match e {
+            NoBlock::Empty => Refused::Empty,
+            NoBlock::Meta(s) => Refused::Meta(s),
+        }
+    }
+}
+
+/// One zone: its free memory behind a spinlock. Only the zone touches its free area: every
 /// operation on it is a method here, taken under the zone's lock.
 #[derive(Debug)]
 pub struct Zone {
     kind: ZoneKind,
-    /// The zone's spans, readable without the lock.
-    spans: SpanList,
+    /// Frames the zone manages, readable without the lock (it only grows).
+    managed: AtomicU64,
     inner: Mutex<ZoneInner>,
 }
 
@@ -112,7 +131,7 @@ impl Zone {
     fn new(kind: ZoneKind) -> Self {
         Self {
             kind,
-            spans: SpanList::new(),
+            managed: AtomicU64::new(0),
             inner: Mutex::new(ZoneInner {
                 area: FreeArea::new(),
                 marks: Watermarks::default(),
@@ -125,24 +144,25 @@ impl Zone {
         self.kind
     }
 
-    /// `true` if the zone has memory (its spans never go away).
+    /// `true` if the zone has memory (it never loses it).
     pub(crate) fn has_memory(&self) -> bool {
-        self.spans.len() > 0
-    }
-
-    /// The span of a frame of this zone, found without the lock.
-    pub(crate) fn span_of(&self, pfn: Pfn) -> Option<Span> {
-        self.spans.find(pfn)
+        // Relaxed: a zone that gets its first memory concurrently may be skipped once.
+        self.managed.load(Ordering::Relaxed) > 0
     }
 
     /// `true` if `range` can join this zone.
     pub(crate) fn can_add(&self, range: PhysRange) -> bool {
-        self.inner.lock().area.can_add(&self.spans, range)
+        self.inner.lock().area.can_add(range)
     }
 
     /// Adds a span and frees all its frames; the caller checked [`Zone::can_add`].
-    pub(crate) fn add_span(&self, span: Span) {
-        self.inner.lock().area.add_span(&self.spans, span);
+    pub(crate) fn add_span(&self, span: SpanMeta, seed: Seed) {
+        let frames = span.range.frames();
+        let mut z = self.inner.lock();
+        // The seed covers the edge pageblocks a span has, so this cannot run short.
+        let _ = z.area.add_span(span, seed);
+        // Relaxed: see `has_memory`.
+        self.managed.fetch_add(frames, Ordering::Relaxed);
     }
 
     /// Sets the watermarks from the machine's `min_free_kbytes` share.
@@ -151,41 +171,135 @@ impl Zone {
         z.marks = watermarks(min_free_pages, z.area.managed_pages, total_managed);
     }
 
-    /// One block of `order` if the zone stays above `mark` afterwards.
-    pub(crate) fn alloc(&self, order: Order, mark: Mark) -> Option<Pfn> {
+    /// One block of `order` for `class` if the zone stays above `mark` afterwards.
+    pub(crate) fn alloc(&self, order: Order, mark: Mark, class: Class) -> Result<Pfn, Refused> {
         let mut z = self.inner.lock();
         if z.headroom(mark) < order.frames() {
-            return None;
+            return Err(Refused::Empty);
         }
-        z.area.alloc(&self.spans, order, 0)
+        Ok(if order.get() >= PB_SHIFT as u8 {
+            z.area.alloc_big(order.get(), Use::Normal)?
+        } else {
+            z.area.alloc_small(order.get(), class)?
+        })
     }
 
     /// Order-0 frames into `out`, as many as the zone can give above `mark`, under one lock.
-    pub(crate) fn alloc_bulk(&self, out: &mut [Pfn], mark: Mark, extra: u32) -> usize {
+    /// Returns how many, and why it stopped short of the headroom it had.
+    pub(crate) fn alloc_bulk(
+        &self,
+        out: &mut [Pfn],
+        mark: Mark,
+        class: Class,
+    ) -> (usize, Option<Refused>) {
         let mut z = self.inner.lock();
         let n = (z.headroom(mark).min(out.len() as u64)) as usize;
-        z.area.alloc_bulk(&self.spans, &mut out[..n], extra)
+        let (got, why) = z.area.alloc_bulk(&mut out[..n], class);
+        (got, why.map(Refused::from))
+    }
+
+    /// Frees one block (checked); frames of a pageblock lent to a CPU are freed through
+    /// `hot`. On error nothing changes.
+    pub(crate) fn free(
+        &self,
+        pfn: Pfn,
+        order: Order,
+        hot: &dyn HotFrames,
+    ) -> Result<(), FreeError> {
+        let mut z = self.inner.lock();
+        match z.area.free(pfn, order)? {
+            Found::Hot { r, off } => {
+                let (cpu, slot) = z.area.holder(r).ok_or(FreeError::NotAllocated { pfn })?;
+                hot.free(cpu, slot, off, order.get(), pfn)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Lends `cpu`'s `slot` a pageblock of `class` (see [`FreeArea::lend`]) if the zone has
+    /// memory above `mark`, running `take` with it under the zone's lock.
+    pub(crate) fn lend(
+        &self,
+        class: Class,
+        mark: Mark,
+        min_free: u32,
+        cpu: u32,
+        slot: u8,
+        take: impl FnOnce(&Lent),
+    ) -> Result<(), Refused> {
+        let mut z = self.inner.lock();
+        if z.headroom(mark) == 0 {
+            return Err(Refused::Empty);
+        }
+        Ok(z.area.lend(
+            class,
+            min_free.min(u32::from(u16::MAX)) as u16,
+            cpu,
+            slot,
+            take,
+        )?)
+    }
+
+    /// Takes back a pageblock a CPU held, with the planes `build` makes from its state array
+    /// under the zone's lock.
+    pub(crate) fn take_back(&self, r: PbRef, build: impl FnOnce() -> (Plane, Plane, bool)) {
+        self.inner.lock().area.take_back(r, build);
+    }
+
+    /// Frames for a new slab of the zone's metadata pool (taken with the pool's reserve).
+    pub(crate) fn alloc_slab(&self, what: Short) -> Result<Pfn, Refused> {
+        Ok(self.inner.lock().area.alloc_slab(what)?)
+    }
+
+    /// Takes a free section to host its own array (the last resort of pool growth).
+    pub(crate) fn section_for_array(&self) -> Option<Pfn> {
+        self.inner.lock().area.section_for_array()
+    }
+
+    /// Splits the section taken by [`Zone::section_for_array`] with its own first frames,
+    /// mapped as `slab`, as its array.
+    pub(crate) fn host_section(&self, base: Pfn, slab: Mapped) {
+        self.inner.lock().area.host_section(base, slab);
+    }
+
+    /// Adds a mapped slab to the zone's metadata pool.
+    pub(crate) fn add_slab(&self, what: Short, slab: Mapped) {
+        self.inner.lock().area.meta.pool.add_slab(what, slab);
+    }
+
+    /// `true` if the zone's pool is at or below its reserve of `what`.
+    pub(crate) fn pool_low(&self, what: Short) -> bool {
+        self.inner.lock().area.meta.pool.low(what)
+    }
+
+    /// Bytes of the zone's metadata: its spans' regions (section tables, edge arrays, the
+    /// pool's seeds) and the frames its pool took for pageblock arrays and planes.
+    pub fn metadata_bytes(&self) -> u64 {
+        self.inner.lock().area.meta.bytes()
     }
 
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping
-    /// the min watermark, under one lock. Returns how many it moved.
-    pub(crate) fn pool_grow(&self, order: Order, count: u64) -> u64 {
+    /// the min watermark, under one lock. Returns how many it moved, and why it stopped.
+    pub(crate) fn pool_grow(&self, order: Order, count: u64) -> (u64, Option<Refused>) {
         let mut z = self.inner.lock();
         let mut n = 0;
-        while n < count
-            && z.headroom(Mark::Min) >= order.frames()
-            && z.area.pool_grow(&self.spans, order)
-        {
+        while n < count {
+            if z.headroom(Mark::Min) < order.frames() {
+                return (n, None);
+            }
+            if let Err(e) = z.area.pool_grow(order) {
+                return (n, Some(e.into()));
+            }
             n += 1;
         }
-        n
+        (n, None)
     }
 
     /// Gives up to `count` free pool pages of `order` back to the buddy; returns how many.
     pub(crate) fn pool_shrink(&self, order: Order, count: u64) -> u64 {
         let mut z = self.inner.lock();
         let mut n = 0;
-        while n < count && z.area.pool_shrink(&self.spans, order) {
+        while n < count && z.area.pool_shrink(order) {
             n += 1;
         }
         n
@@ -193,67 +307,18 @@ impl Zone {
 
     /// A free page from the pool of `order`.
     pub(crate) fn pool_take(&self, order: Order) -> Option<Pfn> {
-        self.inner.lock().area.pool_take(&self.spans, order)
+        self.inner.lock().area.pool_take(order)
     }
 
     /// Returns a pool page; on error nothing changes.
     pub(crate) fn pool_put(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.inner.lock().area.pool_put(&self.spans, pfn, order)
+        self.inner.lock().area.pool_put(pfn, order)
     }
 
     /// The page counts of this zone's pool of `order` (zero for an order without a pool).
     pub fn pool_counts(&self, order: Order) -> HugeCounts {
         let (total, free) = self.inner.lock().area.pool_counts(order);
         HugeCounts { total, free }
-    }
-
-    /// Frees one block (checked); on error nothing changes.
-    pub(crate) fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.inner.lock().area.free(&self.spans, pfn, order, 0)
-    }
-
-    /// Frees, under one lock, each frame `next` yields: order-0 frames its owner holds under a
-    /// tag the zone set (cached or claimed), so no check is needed.
-    pub(crate) fn free_each(&self, mut next: impl FnMut() -> Option<(Span, Pfn)>) {
-        let mut z = self.inner.lock();
-        while let Some((span, pfn)) = next() {
-            z.area.free_checked(&self.spans, &span, pfn, Order::ZERO);
-        }
-    }
-
-    /// Claims an order-0 frame for a bulk free in progress: checks it is a plain allocated frame
-    /// and tags it claimed, so no other free can take it meanwhile.
-    pub(crate) fn claim(&self, pfn: Pfn) -> Result<(), FreeError> {
-        let z = self.inner.lock();
-        let span = z
-            .area
-            .check_allocated(&self.spans, pfn, Order::ZERO, 0)
-            .map_err(|e| match e {
-                FreeError::NotAllocated { pfn }
-                    if self
-                        .spans
-                        .find(pfn)
-                        .is_some_and(|sp| sp.tag(pfn) & tag::CLAIMED != 0) =>
-                {
-                    FreeError::Duplicate { pfn }
-                }
-                e => e,
-            })?;
-        // Swap rather than store: a per-CPU free of the same frame may race without this lock.
-        span.swap_tag(pfn, tag::ALLOCATED, tag::ALLOCATED | tag::CLAIMED)
-            .map_err(|found| {
-                classify(found, pfn, Order::ZERO, 0)
-                    .err()
-                    .unwrap_or(FreeError::NotAllocated { pfn })
-            })
-    }
-
-    /// Undoes [`Zone::claim`].
-    pub(crate) fn unclaim(&self, pfn: Pfn) {
-        let _z = self.inner.lock();
-        if let Some(span) = self.spans.find(pfn) {
-            span.set_tag(pfn, tag::ALLOCATED);
-        }
     }
 
     /// Free pages, managed pages and watermarks.
@@ -266,9 +331,32 @@ impl Zone {
         }
     }
 
-    /// Free blocks per order (a `/proc/buddyinfo` row).
+    /// Free blocks per order (a `/proc/buddyinfo` row). Below 2 MiB the free frames of each
+    /// split pageblock count as the maximal aligned blocks they form.
     pub fn buddyinfo(&self) -> [u64; NR_ORDERS] {
         self.inner.lock().area.buddyinfo()
+    }
+
+    /// Linux's `unusable_free_index(order)`: the share of free memory that lies outside free
+    /// aligned blocks of `order`, as the free pages and those outside such blocks. `1 - `
+    /// this is the huge-block availability `HBA_order`.
+    pub fn unusable_index(&self, order: Order) -> UnusableIndex {
+        let z = self.inner.lock();
+        let free = z.area.free_pages;
+        UnusableIndex {
+            free_pages: free,
+            unusable_pages: free - z.area.free_in_blocks_of(order).min(free),
+        }
+    }
+
+    /// Pageblock counts by state and class (`/proc/pagetypeinfo`).
+    pub fn pageblocks(&self) -> PageblockCounts {
+        self.inner.lock().area.pageblock_counts()
+    }
+
+    /// Calls `f` for every pageblock of the zone (an occupancy map), under the zone's lock.
+    pub fn for_each_pageblock(&self, f: impl FnMut(PageblockInfo)) {
+        self.inner.lock().area.for_each_pageblock(f);
     }
 
     fn can_serve(&self, order: Order) -> bool {
@@ -276,7 +364,135 @@ impl Zone {
     }
 
     fn check(&self, node: NodeId) -> Result<(), InvariantError> {
-        self.inner.lock().area.check(&self.spans, node)
+        self.inner.lock().area.check(node)
+    }
+}
+
+/// The zones of a machine as a family of locks: zone `2 · node + kind`.
+#[derive(Debug)]
+pub(crate) struct ZoneFamily<'m>(pub(crate) &'m [Node]);
+
+impl LockFamily for ZoneFamily<'_> {
+    type Inner = ZoneInner;
+    fn mutex(&self, i: usize) -> Option<&Mutex<ZoneInner>> {
+        let kind = *ZoneKind::ALL.get(i % 2)?;
+        Some(&self.0.get(i / 2)?.zone(kind).inner)
+    }
+}
+
+/// The locks of several zones held at once, for a bulk free: taken in ascending (node, zone)
+/// order, the one path that holds more than one zone lock.
+#[derive(Debug)]
+pub(crate) struct ZoneSet<'m>(MultiLock<'m, ZoneFamily<'m>>);
+
+/// A zone's index in a [`ZoneSet`].
+pub(crate) fn zone_index(node: NodeId, kind: ZoneKind) -> usize {
+    node.index() * 2 + kind.index()
+}
+
+impl<'m> ZoneSet<'m> {
+    /// Holds no lock yet.
+    pub(crate) fn new(family: &'m ZoneFamily<'m>) -> Self {
+        Self(MultiLock::new(family))
+    }
+
+    /// Takes the lock of zone `i` (above every zone taken so far); `false` if it cannot.
+    pub(crate) fn lock(&mut self, i: usize) -> bool {
+        self.0.lock(i)
+    }
+
+    /// Frees the order-0 frame `pfn` of zone `i` for a bulk free in a way
+    /// [`ZoneSet::undo`] can reverse: cold frames without settling their pageblock, lent
+    /// frames claimed.
+    pub(crate) fn take(
+        &mut self,
+        i: usize,
+        pfn: Pfn,
+        hot: &dyn HotFrames,
+    ) -> Result<(), FreeError> {
+        let a = &mut self.0.get(i).ok_or(FreeError::Foreign { pfn })?.area;
+        match a.find(pfn, Order::ZERO)? {
+            Found::Small { r, off, order: 0 } => {
+                a.bulk_free(r, off);
+                Ok(())
+            }
+            Found::Whole {
+                what: Use::Huge, ..
+            } => Err(FreeError::HugePage { pfn }),
+            Found::Whole {
+                what: Use::Pooled, ..
+            } => Err(FreeError::DoubleFree { pfn }),
+            Found::Small { order, .. } | Found::Whole { order, .. } => Err(FreeError::WrongOrder {
+                pfn,
+                given: Order::ZERO,
+                allocated: Order::new(order),
+            }),
+            Found::Hot { r, off } => {
+                let (cpu, slot) = a.holder(r).ok_or(FreeError::NotAllocated { pfn })?;
+                hot.claim(cpu, slot, off, pfn)
+            }
+        }
+    }
+
+    /// Reverses [`ZoneSet::take`] of `pfn` in zone `i`.
+    pub(crate) fn undo(&mut self, i: usize, pfn: Pfn, hot: &dyn HotFrames) {
+        let Some(z) = self.0.get(i) else {
+            return;
+        };
+        let a = &mut z.area;
+        match a.find(pfn, Order::ZERO) {
+            Ok(Found::Hot { r, off }) => {
+                if let Some((cpu, slot)) = a.holder(r) {
+                    hot.unclaim(cpu, slot, off);
+                }
+            }
+            _ => a.bulk_undo(pfn),
+        }
+    }
+
+    /// Completes [`ZoneSet::take`] of `pfn` in zone `i`.
+    pub(crate) fn finish(&mut self, i: usize, pfn: Pfn, hot: &dyn HotFrames) {
+        let Some(z) = self.0.get(i) else {
+            return;
+        };
+        let a = &mut z.area;
+        match a.find(pfn, Order::ZERO) {
+            Ok(Found::Hot { r, off }) => {
+                if let Some((cpu, slot)) = a.holder(r) {
+                    hot.commit(cpu, slot, off);
+                }
+            }
+            _ => a.resettle(pfn),
+        }
+    }
+}
+
+/// Linux's unusable free space index at one order: of `free_pages`, `unusable_pages` lie
+/// outside free aligned blocks of that order. Displays as Linux's
+/// `/sys/kernel/debug/extfrag/unusable_index` does (three decimals).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnusableIndex {
+    /// Free pages of the zone.
+    pub free_pages: u64,
+    /// Free pages outside free aligned blocks of the order.
+    pub unusable_pages: u64,
+}
+
+impl UnusableIndex {
+    /// The index in thousandths (Linux's `unusable_free_index`, 0 for a zone without free
+    /// memory).
+    pub fn thousandths(&self) -> u64 {
+        if self.free_pages == 0 {
+            return 0;
+        }
+        (u128::from(self.unusable_pages) * 1000 / u128::from(self.free_pages)) as u64
+    }
+}
+
+impl core::fmt::Display for UnusableIndex {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let t = self.thousandths();
+        write!(f, "{}.{:03}", t / 1000, t % 1000)
     }
 }
 

@@ -1,25 +1,24 @@
-//! Per-CPU page caches of order-0 frames.
+//! Per-CPU page caches: each CPU holds, for a few (node, zone, class) keys, one split pageblock
+//! lent by its zone, and allocates and frees its order-0 frames without the zone lock.
 //!
-//! Each CPU registered at boot keeps, for every (node, zone), a list of order-0 frames it took
-//! from that zone in a batch. An order-0 allocation from a CPU pops its list of the preferred
-//! node's first zone without touching the layout or any zone lock; a free pushes onto the list
-//! of the frame's *own* node and zone (caches never mix nodes), and a list above `high` drains
-//! `batch` frames back to its zone under one lock. Numastat events of cached traffic are counted
-//! per CPU and summed when numastat is read, so the fast paths write no shared cache line.
+//! While a pageblock is lent, a state array in the CPU's own memory (one byte per frame) is the
+//! truth for its frames. The owner pops a free frame from a private stack and marks it handed
+//! out with a plain store (only the owner ever changes a free frame's byte); its own free of
+//! such a frame is one compare-and-swap (handed out → free), which is also the cross-CPU
+//! double-free check: every other free of a lent frame takes the zone lock and swaps the same
+//! byte, so exactly one of two frees of a frame wins.
 //!
-//! Cached frames are allocated as far as their zone knows, tagged `ALLOCATED | CACHED`, and
-//! linked through their own metadata entries, so a cache needs no storage per frame. A double
-//! free of a cached frame is refused from its tag. Any CPU may drain any cache: under memory
-//! pressure, on CPU hotplug and on demand.
+//! Lending and giving back run under the zone lock, which every other access to a lent
+//! pageblock also holds, so the state array and the zone's planes never disagree about who owns
+//! what. Numastat events of cached traffic are counted per CPU and summed when numastat is read.
 //!
 //! Two promises need care with concurrency:
 //! - *Turning caching off is a barrier.* Every operation reads the tuning under its cache lock,
-//!   and [`Machine::set_pcp`](crate::Machine::set_pcp) drains every cache (taking each lock)
-//!   after storing it, so when it returns no frame is cached and none will be.
-//! - *Cached frames do not make an allocation fail.* A walk that failed raises
-//!   the caches' pressure count before it drains the caches its walk could use and retries; while
-//!   pressure is raised no cache refills or absorbs a free, so what the drain released stays in
-//!   the zones for the retry (only real allocations can take it).
+//!   and [`Machine::set_pcp`](crate::Machine::set_pcp) gives back every pageblock (taking each
+//!   lock) after storing it, so when it returns no CPU holds one and none will.
+//! - *Cached frames do not make an allocation fail.* A walk that failed raises the caches'
+//!   pressure count before it makes every CPU give back the pageblocks its walk could use, and
+//!   retries; while pressure is raised no CPU takes a new pageblock.
 //!
 //! Lock order: a CPU's cache lock, then one zone lock (see `sync`).
 #![deny(unsafe_code)]
@@ -27,17 +26,20 @@
 use core::fmt;
 
 use crate::addr::{Order, Pfn, PhysRange};
-use crate::buddy::classify;
+use crate::bitmap::{FRAMES, Plane};
+use crate::buddy::{HotFrames, Lent};
 use crate::error::{FreeError, InvariantError};
-use crate::meta::{Span, tag};
-use crate::node::{Mark, Node, Zone, ZoneKind};
+use crate::meta::{Class, PbRef};
+use crate::node::{Mark, Node, Refused, Zone, ZoneKind};
 use crate::stats::{NumaStat, tally};
-use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crate::topology::NodeId;
 
-/// The largest batch a cache moves at once (its refill buffer lives on the stack).
-pub const MAX_BATCH: u32 = 256;
-const NIL: u64 = u64::MAX;
+/// The most frames a tuning counts: a whole pageblock.
+pub const MAX_BATCH: u32 = FRAMES as u32;
+
+/// Pageblocks one CPU can hold at once (one per (node, zone, class) it allocates from).
+pub(crate) const SLOTS: usize = 4;
 
 /// A CPU registered at boot. Get one from [`Machine::cpu`](crate::Machine::cpu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,22 +59,23 @@ impl fmt::Display for CpuId {
     }
 }
 
-/// Cache tuning: `batch` frames move between a cache and its zone at once, and a list holding
-/// more than `high` frames drains `batch` of them.
+/// Cache tuning. A CPU takes the fullest pageblock with at least `batch` free frames (the
+/// fullest with any when none has that many), and gives a pageblock back when its own frees
+/// leave more than `high` frames free in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PcpConfig {
-    /// Frames per refill or drain, `1..=MAX_BATCH`.
+    /// Fewest free frames a pageblock should bring, `1..=MAX_BATCH`.
     pub batch: u32,
-    /// Most frames one list keeps, at least `batch`; 0 turns caching off.
+    /// Most free frames a CPU keeps in one pageblock, at least `batch`; 0 turns caching off.
     pub high: u32,
 }
 
 impl Default for PcpConfig {
-    /// Linux's defaults for a large zone: batch 63, high 6 · batch.
+    /// The fullest pageblock, kept until it is wholly free.
     fn default() -> Self {
         Self {
-            batch: 63,
-            high: 378,
+            batch: 1,
+            high: MAX_BATCH,
         }
     }
 }
@@ -81,14 +84,14 @@ impl PcpConfig {
     /// Caching off: every order-0 request goes to its zone.
     pub const OFF: PcpConfig = PcpConfig { batch: 1, high: 0 };
 
-    /// The config with `batch` clamped to `1..=MAX_BATCH` and `high` to at least `batch`
+    /// The config with `batch` clamped to `1..=MAX_BATCH` and `high` to `batch..=MAX_BATCH`
     /// (unless it is 0).
     pub fn clamped(self) -> PcpConfig {
         let batch = self.batch.clamp(1, MAX_BATCH);
         let high = if self.high == 0 {
             0
         } else {
-            self.high.max(batch)
+            self.high.clamp(batch, MAX_BATCH)
         };
         PcpConfig { batch, high }
     }
@@ -105,31 +108,26 @@ impl PcpConfig {
     }
 }
 
-/// One list: frames linked through their metadata, `head` an absolute frame number.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PcpList {
-    head: u64,
-    count: u64,
+/// Byte states of a lent pageblock's frames.
+mod state {
+    pub(super) const FREE_CLEAN: u8 = 0;
+    pub(super) const FREE_DIRTY: u8 = 1;
+    /// Inside an allocated block of order 1 or more (its head holds the order).
+    pub(super) const INTERIOR: u8 = 2;
+    /// Outside the span: never free.
+    pub(super) const OUTSIDE: u8 = 3;
+    /// Handed out, and claimed by a bulk free in progress.
+    pub(super) const CLAIMED: u8 = 4;
+    /// Handed out: the head of a block of `state & ORDER`.
+    pub(super) const HELD: u8 = 0x80;
+    pub(super) const ORDER: u8 = 0x0f;
+
+    pub(super) fn is_free(s: u8) -> bool {
+        s <= FREE_DIRTY
+    }
 }
 
-impl PcpList {
-    const EMPTY: PcpList = PcpList {
-        head: NIL,
-        count: 0,
-    };
-}
-
-/// Eight lists in one 128-byte block, so that no two CPUs' lists share a cache line (or the
-/// adjacent line the prefetcher pairs with it).
-#[derive(Clone, Copy, Debug)]
-#[repr(align(128))]
-pub(crate) struct PcpLines([PcpList; 8]);
-
-impl PcpLines {
-    pub(crate) const EMPTY: PcpLines = PcpLines([PcpList::EMPTY; 8]);
-}
-
-/// Eight nodes' numastat events in 384 bytes, aligned like [`PcpLines`].
+/// Eight nodes' numastat events in 384 bytes, on cache lines of their own.
 #[derive(Clone, Copy, Debug)]
 #[repr(align(128))]
 pub(crate) struct EventLines([[u64; 6]; 8]);
@@ -143,122 +141,109 @@ pub(crate) fn lines_for(slots: usize) -> usize {
     slots.div_ceil(8)
 }
 
-/// Where a frame lives: its zone's span, found without the zone lock.
+/// Where a frame lives, found without a lock.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LastSpan {
     pub(crate) range: PhysRange,
     pub(crate) node: NodeId,
     pub(crate) zone: ZoneKind,
-    pub(crate) span: Span,
+}
+
+/// The part of a slot other CPUs touch (under the lent pageblock's zone lock): the state
+/// array, and how many frames they freed in it since the owner last looked.
+#[derive(Debug)]
+#[repr(align(128))]
+pub(crate) struct SlotStates {
+    states: [AtomicU8; FRAMES],
+    remote: AtomicU32,
+}
+
+impl SlotStates {
+    pub(crate) fn new() -> Self {
+        Self {
+            states: core::array::from_fn(|_| AtomicU8::new(state::OUTSIDE)),
+            remote: AtomicU32::new(0),
+        }
+    }
+}
+
+/// What a slot caches for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Key {
+    node: NodeId,
+    zone: ZoneKind,
+    class: Class,
+}
+
+/// The owner's side of a slot.
+#[derive(Debug)]
+struct Slot {
+    key: Option<Key>,
+    r: PbRef,
+    base: Pfn,
+    /// Offsets of frames known free in the state array (remote frees are found by a rescan).
+    stack: [u16; FRAMES],
+    len: usize,
+    /// The pageblock has an extra plane (so heads and dirty frames are told apart on return).
+    extra: bool,
+    /// When the slot was last used, for choosing one to give back.
+    used: u64,
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        key: None,
+        r: PbRef { span: 0, index: 0 },
+        base: Pfn::new(0),
+        stack: [0; FRAMES],
+        len: 0,
+        extra: false,
+        used: 0,
+    };
+
+    fn holds(&self, pfn: Pfn) -> Option<usize> {
+        self.key?;
+        let off = pfn.get().checked_sub(self.base.get())?;
+        (off < FRAMES as u64).then_some(off as usize)
+    }
 }
 
 /// The state behind one CPU's lock.
 #[derive(Debug)]
 struct CpuCache<'a> {
-    /// List `node * 2 + zone`, eight to a block.
-    lists: &'a mut [PcpLines],
+    slots: [Slot; SLOTS],
     /// Numastat events this CPU counted, per node, eight to a block.
     events: &'a mut [EventLines],
     /// The span this CPU freed into last: frees mostly hit it, and then need no lookup.
     last: Option<LastSpan>,
-    /// Frames on all lists.
-    total: u64,
+    clock: u64,
 }
 
-/// A CPU's cache and its node, on cache lines of their own.
+/// A CPU's cache, its state arrays and its node, on cache lines of their own.
 #[derive(Debug)]
 #[repr(align(128))]
 pub(crate) struct PerCpu<'a> {
     node: NodeId,
+    states: &'a [SlotStates],
     cache: Mutex<CpuCache<'a>>,
 }
 
 impl<'a> PerCpu<'a> {
     pub(crate) fn new(
         node: NodeId,
-        lists: &'a mut [PcpLines],
+        states: &'a [SlotStates],
         events: &'a mut [EventLines],
     ) -> Self {
         Self {
             node,
+            states,
             cache: Mutex::new(CpuCache {
-                lists,
+                slots: [const { Slot::EMPTY }; SLOTS],
                 events,
                 last: None,
-                total: 0,
+                clock: 0,
             }),
         }
-    }
-}
-
-fn slot(node: NodeId, kind: ZoneKind) -> usize {
-    node.index() * 2 + kind.index()
-}
-
-impl CpuCache<'_> {
-    fn list(&mut self, slot: usize) -> &mut PcpList {
-        &mut self.lists[slot / 8].0[slot % 8]
-    }
-
-    fn list_at(&self, slot: usize) -> PcpList {
-        self.lists[slot / 8].0[slot % 8]
-    }
-
-    /// Pops a frame of (node, zone), retagging it as handed out.
-    fn pop(&mut self, node: NodeId, zone: &Zone) -> Option<Pfn> {
-        let list = self.list(slot(node, zone.kind()));
-        if list.head == NIL {
-            return None;
-        }
-        let pfn = Pfn::new(list.head);
-        let span = zone.span_of(pfn)?;
-        list.head = span.owner_link(pfn)?;
-        list.count -= 1;
-        self.total -= 1;
-        // Only this CPU's lock takes a frame off its list, and every free of it fails while
-        // it is cached, so a plain store suffices.
-        span.store_tag(pfn, tag::ALLOCATED);
-        Some(pfn)
-    }
-
-    /// Links a frame already tagged cached onto (node, zone).
-    fn push(&mut self, node: NodeId, kind: ZoneKind, span: &Span, pfn: Pfn) {
-        let list = self.list(slot(node, kind));
-        span.set_owner_link(pfn, list.head);
-        list.head = pfn.get();
-        list.count += 1;
-        self.total += 1;
-    }
-
-    /// Moves up to `n` frames of (node, zone) back to the zone under one lock; returns how many.
-    fn drain(&mut self, node: NodeId, zone: &Zone, n: u64) -> u64 {
-        let list = self.list(slot(node, zone.kind()));
-        if list.head == NIL {
-            return 0;
-        }
-        let mut done = 0;
-        zone.free_each(|| {
-            if done == n || list.head == NIL {
-                return None;
-            }
-            let pfn = Pfn::new(list.head);
-            let span = zone.span_of(pfn)?;
-            list.head = span.owner_link(pfn)?;
-            list.count -= 1;
-            done += 1;
-            Some((span, pfn))
-        });
-        self.total -= done;
-        done
-    }
-
-    fn count(&mut self, cpu_node: NodeId, preferred: NodeId, got: NodeId, il: bool) {
-        let events = &mut *self.events;
-        tally(cpu_node, preferred, got, 1, il, |node, event, n| {
-            if let Some(e) = events.get_mut(node.index() / 8) {
-                e.0[node.index() % 8][event.index()] += n;
-            }
-        });
     }
 }
 
@@ -267,6 +252,95 @@ impl CpuCache<'_> {
 pub(crate) struct Asker {
     pub(crate) preferred: NodeId,
     pub(crate) interleave: bool,
+}
+
+/// What a CPU's allocation asks of one zone.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Want<'n> {
+    pub(crate) node: &'n Node,
+    pub(crate) kind: ZoneKind,
+    /// The watermark the zone must keep.
+    pub(crate) mark: Mark,
+    pub(crate) class: Class,
+    pub(crate) asker: Asker,
+}
+
+fn count(events: &mut [EventLines], cpu_node: NodeId, preferred: NodeId, got: NodeId, il: bool) {
+    tally(cpu_node, preferred, got, 1, il, |node, event, n| {
+        if let Some(e) = events.get_mut(node.index() / 8) {
+            e.0[node.index() % 8][event.index()] += n;
+        }
+    });
+}
+
+/// Fills `states` and the slot's stack from a pageblock the zone lends: runs under the zone
+/// lock, before anyone else can see the pageblock lent.
+fn take_in(slot: &mut Slot, states: &SlotStates, lent: &Lent, key: Key) {
+    slot.key = Some(key);
+    slot.r = lent.r;
+    slot.base = lent.base;
+    slot.extra = lent.extra.is_some();
+    slot.len = 0;
+    let mut i = 0;
+    while i < FRAMES {
+        let (s, len) = if i < lent.lo || i >= lent.hi {
+            (state::OUTSIDE, 1)
+        } else if !lent.alloc.get(i) {
+            let dirty = lent.extra.map_or(lent.dirty, |x| x.get(i));
+            slot.stack[slot.len] = i as u16;
+            slot.len += 1;
+            (
+                if dirty {
+                    state::FREE_DIRTY
+                } else {
+                    state::FREE_CLEAN
+                },
+                1,
+            )
+        } else if let Some(x) = lent.extra {
+            // A head: its block runs to the next head or free frame.
+            let mut len = 1;
+            while i + len < FRAMES && lent.alloc.get(i + len) && !x.get(i + len) {
+                len += 1;
+            }
+            for k in 1..len {
+                // Relaxed: the zone lock held by the caller orders the array before any use.
+                states.states[i + k].store(state::INTERIOR, Ordering::Relaxed);
+            }
+            (state::HELD | len.trailing_zeros() as u8, len)
+        } else {
+            (state::HELD, 1)
+        };
+        // Relaxed: as above.
+        states.states[i].store(s, Ordering::Relaxed);
+        i += len;
+    }
+    // Relaxed: as above.
+    states.remote.store(0, Ordering::Relaxed);
+    // Reversed, so the lowest offsets come first.
+    slot.stack[..slot.len].reverse();
+}
+
+/// Builds the planes a pageblock goes back to its zone with: runs under the zone lock.
+fn planes_of(states: &SlotStates) -> (Plane, Plane, bool) {
+    let (mut alloc, mut extra, mut dirty) = (Plane::EMPTY, Plane::EMPTY, false);
+    for i in 0..FRAMES {
+        // Relaxed: the zone lock orders every other writer's swap against this read.
+        let s = states.states[i].load(Ordering::Relaxed);
+        match s {
+            state::FREE_CLEAN => {}
+            state::FREE_DIRTY => {
+                extra.put(i, true);
+                dirty = true;
+            }
+            state::INTERIOR => alloc.put(i, true),
+            _ => {
+                alloc.put(i, true);
+                extra.put(i, true);
+            }
+        }
+    }
+    (alloc, extra, dirty)
 }
 
 /// Every CPU's cache, the tuning they share, and the pressure flag.
@@ -309,17 +383,17 @@ impl<'a> Caches<'a> {
         PcpConfig::unpack(self.tuning.load(Ordering::Relaxed))
     }
 
-    /// `true` if caches may hold frames now (caching on, no walk retrying under pressure).
-    /// Read under a cache lock, so that [`Caches::set_tuning`] and a pressure drain, which take
-    /// every cache lock after changing these, order against it.
+    /// The tuning if caches may take pageblocks now (caching on, no walk retrying under
+    /// pressure). Read under a cache lock, so that `set_tuning` and a pressure drain, which
+    /// take every cache lock after changing these, order against it.
     fn caching(&self) -> Option<PcpConfig> {
         // Relaxed: ordered by the cache lock held by the caller (see the module doc).
         let c = PcpConfig::unpack(self.tuning.load(Ordering::Relaxed));
         (c.high != 0 && self.pressure.load(Ordering::Relaxed) == 0).then_some(c)
     }
 
-    /// Replaces the tuning and drains every cache: when this returns, every operation sees the
-    /// new tuning and no cache holds more than it allows (none at all with caching off).
+    /// Replaces the tuning and gives back every pageblock: when this returns, every operation
+    /// sees the new tuning.
     pub(crate) fn set_tuning(&self, config: PcpConfig, nodes: &[Node]) {
         // Relaxed: each cache lock taken by the drain below orders this store before every
         // operation that runs after it on that cache.
@@ -330,52 +404,134 @@ impl<'a> Caches<'a> {
         }
     }
 
-    /// Pops a cached frame of `zone` on `node` for `cpu`, counting the event. Takes no zone lock.
-    pub(crate) fn pop(&self, cpu: CpuId, node: NodeId, zone: &Zone, asker: Asker) -> Option<Pfn> {
-        let pc = self.cpus.get(cpu.index())?;
-        let mut c = pc.cache.lock();
-        let pfn = c.pop(node, zone)?;
-        c.count(pc.node, asker.preferred, node, asker.interleave);
-        Some(pfn)
-    }
-
-    /// Takes an order-0 frame of `zone` on `node` for `cpu`: from its cache, else from a fresh
-    /// batch the zone gives above `mark`, else (caching off, under pressure, or from the
-    /// reserves) one frame straight from the zone. Counts the event.
-    pub(crate) fn take(
+    /// Pops a free frame of the pageblock `cpu` holds for (node, zone, class), if it has one,
+    /// counting the event. Takes no zone lock.
+    pub(crate) fn pop(
         &self,
         cpu: CpuId,
         node: NodeId,
         zone: &Zone,
-        mark: Mark,
+        class: Class,
         asker: Asker,
     ) -> Option<Pfn> {
         let pc = self.cpus.get(cpu.index())?;
         let mut c = pc.cache.lock();
-        let pfn = match c.pop(node, zone) {
-            Some(p) => p,
-            None => match self.caching() {
-                // Emergency reserves go to the caller, not into a cache.
-                Some(config) if mark != Mark::Reserve => {
-                    let mut buf = [Pfn::new(0); MAX_BATCH as usize];
-                    let batch = config.batch.clamp(1, MAX_BATCH) as usize;
-                    let got = zone.alloc_bulk(&mut buf[..batch], mark, tag::CACHED);
-                    for &p in buf[..got].iter().rev() {
-                        let span = zone.span_of(p)?;
-                        c.push(node, zone.kind(), &span, p);
-                    }
-                    c.pop(node, zone)?
-                }
-                _ => zone.alloc(Order::ZERO, mark)?,
-            },
+        let key = Key {
+            node,
+            zone: zone.kind(),
+            class,
         };
-        c.count(pc.node, asker.preferred, node, asker.interleave);
+        let i = c.slots.iter().position(|s| s.key == Some(key))?;
+        let pfn = Self::pop_slot(&mut c.slots[i], &pc.states[i])?;
+        c.clock += 1;
+        c.slots[i].used = c.clock;
+        count(c.events, pc.node, asker.preferred, node, asker.interleave);
         Some(pfn)
     }
 
-    /// Frees an order-0 frame from `cpu` into its cache, on the list of the frame's own node and
-    /// zone, or straight to the zone when caching is off or under pressure. `locate` finds the
-    /// span of a frame outside the CPU's last one (it takes no lock).
+    /// Takes a free frame off a slot: from its stack, else from frames others freed into it.
+    fn pop_slot(slot: &mut Slot, states: &SlotStates) -> Option<Pfn> {
+        if slot.len == 0 {
+            // Relaxed: the swaps of remote frees are read below with Acquire.
+            if states.remote.swap(0, Ordering::Relaxed) == 0 {
+                return None;
+            }
+            // The stack is empty, so every free byte is one that others freed.
+            for i in 0..FRAMES {
+                // Acquire: pairs with the Release of a remote free's swap, so the frame is
+                // handed out after its last owner's writes.
+                if state::is_free(states.states[i].load(Ordering::Acquire)) {
+                    slot.stack[slot.len] = i as u16;
+                    slot.len += 1;
+                }
+            }
+        }
+        slot.len = slot.len.checked_sub(1)?;
+        let off = usize::from(slot.stack[slot.len]);
+        // Only the owner changes a free frame's byte, so a store suffices; a free of the frame
+        // from now on swaps it back (Relaxed: the frame's contents are ordered by whoever hands
+        // the frame to its next user).
+        states.states[off].store(state::HELD, Ordering::Relaxed);
+        Some(Pfn::new(slot.base.get() + off as u64))
+    }
+
+    /// Takes an order-0 frame of `zone` on `node` for `cpu` and `class`: from its pageblock,
+    /// else from a new pageblock its zone lends above `mark`, else (caching off, under
+    /// pressure, or from the reserves) one frame straight from the zone. Counts the event.
+    pub(crate) fn take(&self, cpu: CpuId, want: &Want<'_>, nodes: &[Node]) -> Result<Pfn, Refused> {
+        let Want {
+            node,
+            kind,
+            mark,
+            class,
+            asker,
+        } = *want;
+        let pc = self.cpus.get(cpu.index()).ok_or(Refused::Empty)?;
+        let zone = node.zone(kind);
+        let mut c = pc.cache.lock();
+        let key = Key {
+            node: node.id(),
+            zone: kind,
+            class,
+        };
+        let held = c.slots.iter().position(|s| s.key == Some(key));
+        if let Some(i) = held
+            && let Some(pfn) = Self::pop_slot(&mut c.slots[i], &pc.states[i])
+        {
+            count(
+                c.events,
+                pc.node,
+                asker.preferred,
+                node.id(),
+                asker.interleave,
+            );
+            return Ok(pfn);
+        }
+        let pfn = match self.caching() {
+            // Emergency reserves go to the caller, not into a cache.
+            Some(config) if mark != Mark::Reserve => {
+                // The slot to use: the one for this key, else a free one, else the one used
+                // longest ago.
+                let i = held
+                    .or_else(|| c.slots.iter().position(|s| s.key.is_none()))
+                    .unwrap_or_else(|| (0..SLOTS).min_by_key(|&i| c.slots[i].used).unwrap_or(0));
+                Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
+                let slot = &mut c.slots[i];
+                let states = &pc.states[i];
+                zone.lend(class, mark, config.batch, cpu.0, i as u8, |lent| {
+                    take_in(slot, states, lent, key)
+                })?;
+                c.clock += 1;
+                c.slots[i].used = c.clock;
+                Self::pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?
+            }
+            _ => zone.alloc(Order::ZERO, mark, class)?,
+        };
+        count(
+            c.events,
+            pc.node,
+            asker.preferred,
+            node.id(),
+            asker.interleave,
+        );
+        Ok(pfn)
+    }
+
+    /// Gives a slot's pageblock back to its zone.
+    fn give_back(slot: &mut Slot, states: &SlotStates, nodes: &[Node]) {
+        let Some(key) = slot.key.take() else {
+            return;
+        };
+        let Some(node) = nodes.get(key.node.index()) else {
+            return;
+        };
+        slot.len = 0;
+        node.zone(key.zone).take_back(slot.r, || planes_of(states));
+    }
+
+    /// Frees an order-0 frame from `cpu`: into its own pageblock with one swap, or to its zone
+    /// (under the zone lock) when another CPU holds it or nobody does. `locate` finds the span
+    /// of a frame outside the CPU's last one (it takes no lock).
     pub(crate) fn free(
         &self,
         cpu: CpuId,
@@ -388,6 +544,28 @@ impl<'a> Caches<'a> {
             .get(cpu.index())
             .ok_or(FreeError::UnknownCpu { cpu: cpu.0 })?;
         let mut c = pc.cache.lock();
+        if let Some(i) = c.slots.iter().position(|s| s.holds(pfn).is_some()) {
+            let off = c.slots[i].holds(pfn).unwrap_or(0);
+            let states = &pc.states[i];
+            // AcqRel: the winner of two frees of one frame is decided here; Release orders the
+            // frame's last writes before its next allocation.
+            if let Err(found) = states.states[off].compare_exchange(
+                state::HELD,
+                state::FREE_DIRTY,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                return Err(misuse(found, pfn, 0));
+            }
+            let slot = &mut c.slots[i];
+            slot.stack[slot.len] = off as u16;
+            slot.len += 1;
+            let high = self.caching().map_or(0, |t| t.high as usize);
+            if slot.len > high {
+                Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
+            }
+            return Ok(());
+        }
         if !c.last.as_ref().is_some_and(|l| l.range.contains(pfn)) {
             c.last = Some(locate(pfn).ok_or(FreeError::Foreign { pfn })?);
         }
@@ -396,27 +574,12 @@ impl<'a> Caches<'a> {
             .get(last.node.index())
             .ok_or(FreeError::Foreign { pfn })?
             .zone(last.zone);
-        let Some(config) = self.caching() else {
-            return zone.free(pfn, Order::ZERO);
-        };
-        if let Err(found) = last
-            .span
-            .swap_tag(pfn, tag::ALLOCATED, tag::ALLOCATED | tag::CACHED)
-        {
-            // `found` differs from a plain order-0 allocation, so `classify` names the misuse.
-            return Err(classify(found, pfn, Order::ZERO, 0)
-                .err()
-                .unwrap_or(FreeError::NotAllocated { pfn }));
-        }
-        c.push(last.node, last.zone, &last.span, pfn);
-        if c.list_at(slot(last.node, last.zone)).count > u64::from(config.high) {
-            c.drain(last.node, zone, u64::from(config.batch.max(1)));
-        }
-        Ok(())
+        drop(c);
+        zone.free(pfn, Order::ZERO, self)
     }
 
-    /// Gives back to their zones the frames `cpu` caches for the (node, zone) pairs `wanted`
-    /// accepts; returns how many.
+    /// Gives back to their zones the pageblocks `cpu` holds for the (node, zone) pairs `wanted`
+    /// accepts; returns how many free frames they had.
     pub(crate) fn drain_cpu(
         &self,
         cpu: CpuId,
@@ -427,39 +590,51 @@ impl<'a> Caches<'a> {
             return 0;
         };
         let mut c = pc.cache.lock();
-        let mut done = 0;
-        for node in nodes {
-            for kind in ZoneKind::ALL {
-                if wanted(node.id(), kind) {
-                    done += c.drain(node.id(), node.zone(kind), u64::MAX);
-                }
+        let mut frames = 0;
+        for i in 0..SLOTS {
+            if let Some(k) = c.slots[i].key
+                && wanted(k.node, k.zone)
+            {
+                frames += free_frames(&pc.states[i]);
+                Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
             }
         }
-        done
+        frames
     }
 
-    /// Runs `retry` under pressure after draining, from every CPU, the frames of the (node,
-    /// zone) pairs `wanted` accepts, if there were any; `None` if the caches held none of them.
+    /// Runs `retry` under pressure after every CPU gave back the pageblocks of the (node, zone)
+    /// pairs `wanted` accepts. The retry runs even if this drain found nothing: another CPU may
+    /// have given its frames back meanwhile (its own free under raised pressure, or another
+    /// failing walk's drain).
     pub(crate) fn under_pressure<R>(
         &self,
         nodes: &[Node],
         wanted: impl Fn(NodeId, ZoneKind) -> bool,
         retry: impl FnOnce() -> R,
-    ) -> Option<R> {
+    ) -> R {
         // Relaxed: the drain below takes every cache lock after this, which orders the raised
-        // pressure before any later refill or free on that cache (see `caching`).
+        // pressure before any later take on that cache (see `caching`).
         self.pressure.fetch_add(1, Ordering::Relaxed);
-        let drained: u64 = (0..self.cpus.len())
-            .map(|i| self.drain_cpu(CpuId(i as u32), nodes, &wanted))
-            .sum();
-        let r = (drained > 0).then(retry);
+        for i in 0..self.cpus.len() {
+            self.drain_cpu(CpuId(i as u32), nodes, &wanted);
+        }
+        let r = retry();
         self.pressure.fetch_sub(1, Ordering::Relaxed);
         r
     }
 
-    /// Frames held in all caches (allocated as far as their zones know).
+    /// Free frames held in all caches (allocated as far as their zones know).
     pub(crate) fn cached_pages(&self) -> u64 {
-        self.cpus.iter().map(|pc| pc.cache.lock().total).sum()
+        self.cpus
+            .iter()
+            .map(|pc| {
+                let c = pc.cache.lock();
+                (0..SLOTS)
+                    .filter(|&i| c.slots[i].key.is_some())
+                    .map(|i| free_frames(&pc.states[i]))
+                    .sum::<u64>()
+            })
+            .sum()
     }
 
     /// Adds the numastat events that CPUs counted for `node` in their caches.
@@ -472,47 +647,130 @@ impl<'a> Caches<'a> {
         }
     }
 
-    /// Walks every CPU's lists: each frame is tagged cached, lies in its list's zone, and the
-    /// counts add up to the CPU's total.
-    pub(crate) fn check(&self, nodes: &[Node]) -> Result<(), InvariantError> {
+    /// Walks every CPU's slots: each stack lists distinct frames that are free in its state
+    /// array, inside the pageblock.
+    pub(crate) fn check(&self) -> Result<(), InvariantError> {
         for pc in self.cpus {
             let c = pc.cache.lock();
-            let mut total = 0u64;
-            for node in nodes {
-                for kind in ZoneKind::ALL {
-                    let zone = node.zone(kind);
-                    let list = c.list_at(slot(node.id(), kind));
-                    let mut cur = list.head;
-                    let mut n = 0u64;
-                    while cur != NIL {
-                        let pfn = Pfn::new(cur);
-                        let span = zone
-                            .span_of(pfn)
-                            .ok_or(InvariantError::BrokenLink { pfn })?;
-                        if span.tag(pfn) != tag::ALLOCATED | tag::CACHED {
-                            return Err(InvariantError::BadFreeTag {
-                                pfn,
-                                order: Order::ZERO,
-                            });
-                        }
-                        n += 1;
-                        if n > list.count {
-                            return Err(InvariantError::BrokenLink { pfn });
-                        }
-                        cur = span
-                            .owner_link(pfn)
-                            .ok_or(InvariantError::BrokenLink { pfn })?;
+            for (i, slot) in c.slots.iter().enumerate() {
+                if slot.key.is_none() {
+                    continue;
+                }
+                let states = &pc.states[i];
+                let mut seen = Plane::EMPTY;
+                for &off in &slot.stack[..slot.len] {
+                    let off = usize::from(off);
+                    // Relaxed: the owner's lock is held; a concurrent remote free only turns a
+                    // handed-out frame free, never a free one.
+                    let s = states.states[off].load(Ordering::Relaxed);
+                    if off >= FRAMES || seen.get(off) || !state::is_free(s) {
+                        return Err(InvariantError::Pageblock { pfn: slot.base });
                     }
-                    if n != list.count {
-                        return Err(InvariantError::Counter { node: node.id() });
-                    }
-                    total += n;
+                    seen.put(off, true);
                 }
             }
-            if total != c.total {
-                return Err(InvariantError::Counter { node: pc.node });
-            }
         }
+        Ok(())
+    }
+}
+
+/// Free frames of a state array.
+fn free_frames(states: &SlotStates) -> u64 {
+    states
+        .states
+        .iter()
+        // Relaxed: a count for diagnostics and drains, exact under the owner's lock.
+        .filter(|s| state::is_free(s.load(Ordering::Relaxed)))
+        .count() as u64
+}
+
+/// The error a free of a block of `order` at `pfn` meets when its byte is `found`.
+fn misuse(found: u8, pfn: Pfn, order: u8) -> FreeError {
+    if state::is_free(found) {
+        FreeError::DoubleFree { pfn }
+    } else if found == state::INTERIOR {
+        FreeError::NotAllocated { pfn }
+    } else if found == state::OUTSIDE {
+        FreeError::Foreign { pfn }
+    } else if found == state::CLAIMED {
+        FreeError::DoubleFree { pfn }
+    } else {
+        FreeError::WrongOrder {
+            pfn,
+            given: Order::new(order),
+            allocated: Order::new(found & state::ORDER),
+        }
+    }
+}
+
+impl Caches<'_> {
+    fn states_of(&self, cpu: u32, slot: u8) -> Option<&SlotStates> {
+        self.cpus
+            .get(cpu as usize)
+            .and_then(|pc| pc.states.get(usize::from(slot)))
+    }
+}
+
+impl HotFrames for Caches<'_> {
+    fn claim(&self, cpu: u32, slot: u8, off: usize, pfn: Pfn) -> Result<(), FreeError> {
+        let s = self
+            .states_of(cpu, slot)
+            .and_then(|st| st.states.get(off))
+            .ok_or(FreeError::NotAllocated { pfn })?;
+        // AcqRel: as in `free`; a claimed frame is one no other free can take.
+        s.compare_exchange(
+            state::HELD,
+            state::CLAIMED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .map(|_| ())
+        .map_err(|found| {
+            if found == state::CLAIMED {
+                FreeError::Duplicate { pfn }
+            } else {
+                misuse(found, pfn, 0)
+            }
+        })
+    }
+
+    fn commit(&self, cpu: u32, slot: u8, off: usize) {
+        if let Some(st) = self.states_of(cpu, slot)
+            && let Some(s) = st.states.get(off)
+        {
+            // Release: as in `free`; only a claim's holder changes a claimed byte.
+            s.store(state::FREE_DIRTY, Ordering::Release);
+            st.remote.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    fn unclaim(&self, cpu: u32, slot: u8, off: usize) {
+        if let Some(s) = self.states_of(cpu, slot).and_then(|st| st.states.get(off)) {
+            // Relaxed: the frame goes back to its holder as it was; nothing was published.
+            s.store(state::HELD, Ordering::Relaxed);
+        }
+    }
+
+    fn free(&self, cpu: u32, slot: u8, off: usize, order: u8, pfn: Pfn) -> Result<(), FreeError> {
+        let states = self
+            .states_of(cpu, slot)
+            .ok_or(FreeError::NotAllocated { pfn })?;
+        let s = states.states.get(off).ok_or(FreeError::Foreign { pfn })?;
+        // AcqRel: as in `Caches::free`; the owner's store of a popped frame and this swap are
+        // the only writers of a handed-out frame's byte.
+        s.compare_exchange(
+            state::HELD | order,
+            state::FREE_DIRTY,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .map_err(|found| misuse(found, pfn, order))?;
+        for k in 1..1usize << order {
+            // Release: the block's frames are free for the owner once it sees the count below.
+            states.states[off + k].store(state::FREE_DIRTY, Ordering::Release);
+        }
+        // Release: the owner's swap of the count (then an Acquire load per byte) finds them.
+        states.remote.fetch_add(1 << order, Ordering::Release);
         Ok(())
     }
 }

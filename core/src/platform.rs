@@ -1,9 +1,11 @@
 //! The platform memory seam, and boot memory carved from the managed ranges.
 //!
 //! The core never assumes how the platform maps physical memory. It asks a [`PhysMemory`] for a
-//! pointer to a physical range, and only ever for ranges it has reserved for its own tables:
-//! per-frame metadata and the machine-wide tables carved at boot. It never asks for a frame it
-//! hands out, and never reads or writes the contents of a free frame.
+//! pointer to a physical range, and only ever for ranges it keeps for its own tables: the
+//! machine-wide tables and each span's section table carved at boot and hot-add, and, at run
+//! time, the few frames at a time it takes from its own free memory for pageblock metadata
+//! (always with no allocator lock held). It never asks for a frame it hands out, and never reads
+//! or writes the contents of a free frame.
 
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
@@ -19,8 +21,10 @@ use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
 /// 2. nothing else reads or writes those bytes while the allocator may use them: the ranges the
 ///    platform hands to the allocator (at boot or hot-add) belong to the allocator alone.
 ///
-/// numaframe maps each frame at most once, so mutable views never alias.
-pub unsafe trait PhysMemory {
+/// numaframe maps each frame at most once, so mutable views never alias: a frame it took for
+/// its metadata stays metadata for the machine's lifetime. Any CPU may call `map` (the
+/// allocator grows its metadata from whichever CPU needs it), hence `Sync`.
+pub unsafe trait PhysMemory: Sync {
     /// A pointer to the first byte of `range`, or `None` if the platform cannot map it.
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>>;
 }
@@ -35,6 +39,25 @@ pub(crate) fn map_checked<M: PhysMemory + ?Sized>(
     (p.as_ptr().addr() as u64)
         .is_multiple_of(PAGE_SIZE)
         .then_some(p)
+}
+
+/// A range of the allocator's own frames, mapped through the platform for its metadata. Only
+/// [`Mapped::new`] makes one, so holding one is holding `PhysMemory`'s promises for it: page
+/// aligned, valid for `range.bytes()` for the machine's lifetime, used by nothing else.
+#[derive(Debug)]
+pub(crate) struct Mapped {
+    pub(crate) ptr: NonNull<u8>,
+    pub(crate) range: PhysRange,
+}
+
+impl Mapped {
+    /// Maps `range` (frames the caller took from its own free memory and never hands out).
+    pub(crate) fn new(mem: &dyn PhysMemory, range: PhysRange) -> Option<Mapped> {
+        Some(Mapped {
+            ptr: map_checked(mem, range)?,
+            range,
+        })
+    }
 }
 
 /// A cursor that carves typed tables off the end of one physical range (Linux's memblock, for

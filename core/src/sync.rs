@@ -14,14 +14,15 @@
 //!    publishing new memory; allocations and frees never take it: they read the layout under
 //!    its sequence count and retry if a hot-add published meanwhile);
 //! 2. a per-CPU cache lock;
-//! 3. one zone lock.
+//! 3. one zone lock, or, for a bulk free alone, several zone locks taken in ascending (node,
+//!    zone) order through a `MultiLock`.
 //!
 //! The weight-table lock and a node heap's lock are leaves with respect to the machine: an
 //! interleave call holds the weight lock only to pick its next node or to copy the table.
 //!
-//! No path holds two zone locks at once: the zonelist walk releases a zone's lock before it
-//! tries the next zone, and a bulk free locks one zone at a time. Metadata tags are read outside
-//! zone locks only through atomics (see `meta`).
+//! No other path holds two zone locks at once: the zonelist walk releases a zone's lock before
+//! it tries the next zone. Metadata tags are read outside
+//! zone locks only through atomics (the state arrays of pageblocks lent to CPUs, see `percpu`).
 #![allow(clippy::disallowed_types)]
 
 pub(crate) use core::sync::atomic::Ordering;
@@ -113,37 +114,6 @@ atomic_newtype!(
     AtomicUsize, usize, core::sync::atomic::AtomicUsize, loom::sync::atomic::AtomicUsize
 );
 
-/// A `u32` atomic that lives in platform memory (the per-frame metadata tags). It is created by
-/// zeroing memory, which loom's tracked atomics cannot be, so it is `core`'s under loom too;
-/// the zone lock orders every write to it. Zeroed memory is a valid `RawAtomicU32` holding 0.
-#[derive(Debug, Default)]
-#[repr(transparent)]
-pub(crate) struct RawAtomicU32(core::sync::atomic::AtomicU32);
-
-impl RawAtomicU32 {
-    /// Loads the value.
-    #[inline]
-    pub(crate) fn load(&self, order: Ordering) -> u32 {
-        self.0.load(order)
-    }
-    /// Stores `v`.
-    #[inline]
-    pub(crate) fn store(&self, v: u32, order: Ordering) {
-        self.0.store(v, order)
-    }
-    /// Replaces `current` by `new` if it holds `current`.
-    #[inline]
-    pub(crate) fn compare_exchange(
-        &self,
-        current: u32,
-        new: u32,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<u32, u32> {
-        self.0.compare_exchange(current, new, success, failure)
-    }
-}
-
 /// A memory fence (loom's under `--cfg numaframe_loom`).
 #[inline]
 pub(crate) fn fence(order: Ordering) {
@@ -212,47 +182,184 @@ impl<T> UnsafeCell<T> {
     }
 }
 
-/// A mutual-exclusion lock whose `lock` returns the guard directly.
-#[derive(Debug, Default)]
+/// A mutual-exclusion spinlock whose `lock` returns the guard directly.
+///
+/// Written here on the shim's atomics (as `RwLock` is) so that loom runs this very code, and so
+/// that [`MultiLock`] can hold many of them without a guard each.
+#[derive(Debug)]
 pub(crate) struct Mutex<T> {
-    #[cfg(not(numaframe_loom))]
-    inner: spin::Mutex<T>,
-    #[cfg(numaframe_loom)]
-    inner: loom::sync::Mutex<T>,
+    locked: AtomicU8,
+    value: UnsafeCell<T>,
 }
 
-/// The guard of a [`Mutex`].
-#[cfg(not(numaframe_loom))]
-pub(crate) type MutexGuard<'a, T> = spin::MutexGuard<'a, T>;
-/// The guard of a [`Mutex`].
-#[cfg(numaframe_loom)]
-pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+// SAFETY: the lock hands out the value to one thread at a time, as `std::sync::Mutex` does.
+unsafe impl<T: Send> Sync for Mutex<T> {}
+// SAFETY: moving the lock moves the value.
+unsafe impl<T: Send> Send for Mutex<T> {}
+
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
 
 impl<T> Mutex<T> {
     /// A new unlocked mutex.
     #[cfg(not(numaframe_loom))]
     pub(crate) const fn new(value: T) -> Self {
         Self {
-            inner: spin::Mutex::new(value),
+            locked: AtomicU8::new(0),
+            value: UnsafeCell::new(value),
         }
     }
     /// A new unlocked mutex.
     #[cfg(numaframe_loom)]
     pub(crate) fn new(value: T) -> Self {
         Self {
-            inner: loom::sync::Mutex::new(value),
+            locked: AtomicU8::new(0),
+            value: UnsafeCell::new(value),
         }
     }
+
+    /// Spins until the lock is free and takes it, without a guard.
+    fn acquire(&self) {
+        loop {
+            // Acquire: pairs with the Release in `release`, so the last holder's writes are
+            // visible to this one.
+            if self.locked.load(Ordering::Relaxed) == 0
+                && self
+                    .locked
+                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+            spin_loop();
+        }
+    }
+
+    /// Gives the lock up.
+    fn release(&self) {
+        // Release: this holder's writes happen before the next holder's accesses.
+        self.locked.store(0, Ordering::Release);
+    }
+
     /// Spins until the lock is free and takes it.
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        #[cfg(not(numaframe_loom))]
-        {
-            self.inner.lock()
+        self.acquire();
+        MutexGuard { lock: self }
+    }
+}
+
+/// The guard of a [`Mutex`].
+#[derive(Debug)]
+pub(crate) struct MutexGuard<'a, T> {
+    lock: &'a Mutex<T>,
+}
+
+impl<T> core::ops::Deref for MutexGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock, so it is the only access to the value.
+        self.lock.value.with(|p| unsafe { &*p })
+    }
+}
+
+impl<T> core::ops::DerefMut for MutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as above; `&mut self` makes this the only reference derived from it.
+        self.lock.value.with_mut(|p| unsafe { &mut *p })
+    }
+}
+
+impl<T> Drop for MutexGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.release();
+    }
+}
+
+/// A family of mutexes named by index, for [`MultiLock`]. `mutex(i)` must name the same
+/// mutex every time it is asked for `i`.
+pub(crate) trait LockFamily {
+    /// What the mutexes guard.
+    type Inner;
+    /// The mutex with index `i`, if there is one.
+    fn mutex(&self, i: usize) -> Option<&Mutex<Self::Inner>>;
+}
+
+/// Most mutexes one [`MultiLock`] can hold (two zones for each of 1024 nodes).
+pub(crate) const MULTI_MAX: usize = 2048;
+
+/// The locks of several mutexes of one family, held at once: taken in ascending index order
+/// (the one global order such holders share), each once, and given up on drop. It keeps a bit
+/// per index rather than a guard per lock, so holding all of them costs 256 bytes.
+pub(crate) struct MultiLock<'m, F: LockFamily> {
+    family: &'m F,
+    held: [u64; MULTI_MAX / 64],
+    last: Option<usize>,
+}
+
+impl<F: LockFamily> core::fmt::Debug for MultiLock<'_, F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'m, F: LockFamily> MultiLock<'m, F> {
+    /// Holds nothing yet.
+    pub(crate) fn new(family: &'m F) -> Self {
+        Self {
+            family,
+            held: [0; MULTI_MAX / 64],
+            last: None,
         }
-        #[cfg(numaframe_loom)]
-        {
-            self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn holds(&self, i: usize) -> bool {
+        i < MULTI_MAX && self.held[i / 64] >> (i % 64) & 1 != 0
+    }
+
+    /// Takes the lock of mutex `i`; `false` (taking nothing) unless `i` exists and is above
+    /// every index taken so far, which keeps the order global and deadlock-free.
+    pub(crate) fn lock(&mut self, i: usize) -> bool {
+        if i >= MULTI_MAX || self.last.is_some_and(|l| i <= l) {
+            return false;
+        }
+        let Some(m) = self.family.mutex(i) else {
+            return false;
+        };
+        m.acquire();
+        self.held[i / 64] |= 1 << (i % 64);
+        self.last = Some(i);
+        true
+    }
+
+    /// The value of mutex `i`, if this holds its lock.
+    pub(crate) fn get(&mut self, i: usize) -> Option<&mut F::Inner> {
+        if !self.holds(i) {
+            return None;
+        }
+        let m = self.family.mutex(i)?;
+        // SAFETY: this holds `i`'s lock (taken in `lock`, given up only on drop), and the
+        // `&mut self` borrow makes the returned reference the only one derived from it.
+        Some(m.value.with_mut(|p| unsafe { &mut *p }))
+    }
+}
+
+impl<F: LockFamily> Drop for MultiLock<'_, F> {
+    fn drop(&mut self) {
+        for w in 0..self.held.len() {
+            let mut bits = self.held[w];
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(m) = self.family.mutex(i) {
+                    m.release();
+                }
+            }
         }
     }
 }

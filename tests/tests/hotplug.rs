@@ -56,7 +56,7 @@ impl Tables {
         }))
     }
 
-    fn boot<M: PhysMemory + ?Sized>(&'static self, mem: &'static M) -> Machine<'static> {
+    fn boot<M: PhysMemory>(&'static self, mem: &'static M) -> Machine<'static> {
         let topo = Topology::new(&self.distances, &self.infos).unwrap();
         let opts = BootOptions {
             cpus: &self.cpus,

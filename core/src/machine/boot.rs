@@ -9,9 +9,9 @@ use super::{BootOptions, Machine, MemoryRange};
 use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
 use crate::error::BootError;
 use crate::interleave::Weights;
-use crate::meta::Span;
+use crate::meta::region_bytes_bound;
 use crate::node::{DMA32_END, Node, ZoneKind};
-use crate::percpu::{Caches, EventLines, PcpLines, PerCpu, lines_for};
+use crate::percpu::{Caches, EventLines, PerCpu, SLOTS, SlotStates, lines_for};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
 use crate::sync::{AtomicU16, RwLock};
 use crate::topology::{NodeId, Topology};
@@ -40,8 +40,7 @@ pub(super) fn pieces(
         let bad = BootError::BadRange {
             start: part.start(),
         };
-        // Metadata for the whole part is an upper bound for what the usable rest needs.
-        let meta_frames = Span::region_bytes(part).div_ceil(PAGE_SIZE);
+        let meta_frames = region_bytes_bound(part).div_ceil(PAGE_SIZE);
         let meta = tail(part, meta_frames).ok_or(bad)?;
         let usable = part.split_at(meta.start()).0;
         if usable.is_empty() {
@@ -74,7 +73,7 @@ pub(super) fn validate_range(topo: &Topology<'_>, r: &MemoryRange) -> Result<(),
 /// that does not fit in a `usize`.
 fn table_bytes(n: usize, cap: usize, ncpu: usize) -> Option<usize> {
     let per_cpu = size_of::<PerCpu<'_>>()
-        + lines_for(n * 2) * size_of::<PcpLines>()
+        + SLOTS * size_of::<SlotStates>()
         + lines_for(n) * size_of::<EventLines>();
     let sum = [
         n.checked_mul(size_of::<Node>())?,
@@ -98,7 +97,7 @@ impl<'a> Machine<'a> {
     /// A [`BootError`] if a range names an unknown node, overlaps another, is too small for
     /// its own metadata, disagrees with the topology's `has_memory`, if the tables do not fit
     /// (`NoBootMemory`), or if the platform cannot map a metadata region or maps it misaligned.
-    pub fn boot<M: PhysMemory + ?Sized>(
+    pub fn boot<M: PhysMemory>(
         topo: Topology<'a>,
         mem: &'a M,
         ranges: &[MemoryRange],
@@ -159,11 +158,11 @@ impl<'a> Machine<'a> {
             published_lens: carve.slice(n, |_| AtomicU16::new(0)).ok_or(oom)?,
             published_index: carve.slice(cap, |_| SpanSlot::default()).ok_or(oom)?,
         };
-        let (list_lines, event_lines) = (lines_for(n * 2), lines_for(n));
-        let mut lists = carve
-            .slice(ncpu * list_lines, |_| PcpLines::EMPTY)
+        let event_lines = lines_for(n);
+        let mut states = carve
+            .slice(ncpu * SLOTS, |_| SlotStates::new())
             .ok_or(oom)?
-            .chunks_exact_mut(list_lines.max(1));
+            .chunks_exact(SLOTS);
         let mut events = carve
             .slice(ncpu * event_lines, |_| EventLines::ZERO)
             .ok_or(oom)?
@@ -171,21 +170,23 @@ impl<'a> Machine<'a> {
         let cpus = carve
             .slice(ncpu, |i| {
                 // Both iterators hold exactly `ncpu` chunks.
-                let (l, e) = (
-                    lists.next().unwrap_or_default(),
+                let (st, e) = (
+                    states.next().unwrap_or_default(),
                     events.next().unwrap_or_default(),
                 );
-                PerCpu::new(opts.cpus[i], l, e)
+                PerCpu::new(opts.cpus[i], st, e)
             })
             .ok_or(oom)?;
         let layout = Layout::new(n, topo.cpu_nodes(), layout_tables).ok_or(oom)?;
         let machine = Machine {
             topo,
+            mem,
             nodes,
             layout,
             weights: RwLock::new(Weights::default()),
             min_free_kbytes: opts.min_free_kbytes,
             caches: Caches::new(cpus, opts.pcp),
+            tables,
         };
         {
             let mut staged = machine.layout.stage();
@@ -203,13 +204,13 @@ impl<'a> Machine<'a> {
                         p.usable = p.usable.split_at(tables.start()).0;
                     }
                     machine.check_piece(&staged, &p, 0)?;
-                    let span = Self::map_piece(mem, &p)?;
+                    let (span, seed) = Self::map_piece(mem, &p)?;
                     machine.stage_piece(&mut staged, &p)?;
                     // Nothing else sees the machine yet, so the zone may have the span before
                     // the layout is published.
                     machine.nodes[p.node.index()]
                         .zone(ZoneKind::of(p.usable.start()))
-                        .add_span(span);
+                        .add_span(span, seed);
                     Ok(())
                 })?;
             }

@@ -11,7 +11,7 @@ impl<'a> Machine<'a> {
     /// # Errors
     /// The first inconsistency found: a bug in numaframe, never a caller mistake.
     pub fn check_invariants(&self) -> Result<(), InvariantError> {
-        self.caches.check(self.nodes)?;
+        self.caches.check()?;
         // The hotplug lock keeps the layout still while it is compared with the zones.
         let staged = self.layout.stage();
         let mut row = [NodeId::default(); MAX_NODES];

@@ -7,7 +7,7 @@ use super::walk::zones;
 use super::{AllocFlags, Machine, Request};
 use crate::addr::{Order, Pfn};
 use crate::error::FreeError;
-use crate::percpu::{Asker, CpuId, PcpConfig};
+use crate::percpu::{Asker, CpuId, PcpConfig, Want};
 use crate::topology::NodeId;
 
 impl<'a> Machine<'a> {
@@ -75,13 +75,22 @@ impl<'a> Machine<'a> {
                 .iter()
                 .map(|k| node.zone(*k))
                 .find(|z| z.has_memory())
-                && let Some(pfn) = self.caches.pop(cpu, req.preferred, zone, asker)
+                && let Some(pfn) = self
+                    .caches
+                    .pop(cpu, req.preferred, zone, req.class(), asker)
             {
                 return Some(pfn);
             }
         }
         self.walk_with(&req, |node, zone, mark| {
-            self.caches.take(cpu, node, zone, mark, asker)
+            let want = Want {
+                node: &self.nodes[node.index()],
+                kind: zone.kind(),
+                mark,
+                class: req.class(),
+                asker,
+            };
+            self.caches.take(cpu, &want, self.nodes)
         })
         .map(|(pfn, _)| pfn)
     }

@@ -5,8 +5,9 @@ use super::Machine;
 use super::layout::SpanRef;
 use crate::addr::{Order, Pfn};
 use crate::error::{BulkFreeError, FreeError};
-use crate::node::Zone;
+use crate::node::{Zone, ZoneFamily, ZoneSet, zone_index};
 use crate::percpu::LastSpan;
+use crate::sync::MULTI_MAX;
 
 impl<'a> Machine<'a> {
     /// The zone of a span.
@@ -17,12 +18,10 @@ impl<'a> Machine<'a> {
     /// Where `pfn` lives, for a per-CPU free that missed its last span. Takes no lock.
     pub(super) fn locate(&self, pfn: Pfn) -> Option<LastSpan> {
         let s = self.layout.find(pfn)?;
-        let span = self.zone_of(&s).span_of(pfn)?;
         Some(LastSpan {
             range: s.range,
             node: s.node,
             zone: s.zone,
-            span,
         })
     }
 
@@ -30,48 +29,63 @@ impl<'a> Machine<'a> {
     ///
     /// # Errors
     /// A [`FreeError`] for a foreign or misaligned frame, a double free, a wrong order, or a
-    /// huge-page-pool page; the state is then unchanged. Detected in O(1) from one metadata entry.
+    /// huge-page-pool page; the state is then unchanged. Detected in O(1): from the block's
+    /// pageblock header, and below 2 MiB a bounded scan of its pageblock's planes.
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let s = self.layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
-        self.zone_of(&s).free(pfn, order)
+        self.zone_of(&s).free(pfn, order, &self.caches)
     }
 
     /// Frees order-0 frames. Either all are freed, or none is and the error names the first
     /// offending entry (a duplicate within the slice included).
     ///
+    /// It holds the lock of every zone the frames belong to at once (taken in ascending
+    /// (node, zone) order, each once), so nothing can change the frames between its checks and
+    /// its frees.
+    ///
     /// # Errors
     /// A [`BulkFreeError`] with the index and the reason; the state is then unchanged.
     pub fn free_bulk(&self, pfns: &[Pfn]) -> Result<(), BulkFreeError> {
-        // Claim every frame first, so a bad entry can be refused before anything changes.
+        let mut wanted = [0u64; MULTI_MAX / 64];
         for (i, &pfn) in pfns.iter().enumerate() {
-            let claimed = self
-                .layout
+            let s = self.layout.find(pfn).ok_or(BulkFreeError {
+                index: i,
+                error: FreeError::Foreign { pfn },
+            })?;
+            let z = zone_index(s.node, s.zone);
+            wanted[z / 64] |= 1 << (z % 64);
+        }
+        let family = ZoneFamily(self.nodes);
+        let mut set = ZoneSet::new(&family);
+        for (w, &bits) in wanted.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                set.lock(w * 64 + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+        }
+        // The zone of a frame found above (spans never move).
+        let zone = |pfn: Pfn| {
+            self.layout
                 .find(pfn)
-                .ok_or(FreeError::Foreign { pfn })
-                .and_then(|s| self.zone_of(&s).claim(pfn));
-            if let Err(error) = claimed {
-                for &done in &pfns[..i] {
-                    if let Some(s) = self.layout.find(done) {
-                        self.zone_of(&s).unclaim(done);
+                .map_or(usize::MAX, |s| zone_index(s.node, s.zone))
+        };
+        for (i, &pfn) in pfns.iter().enumerate() {
+            if let Err(e) = set.take(zone(pfn), pfn, &self.caches) {
+                let error = match e {
+                    FreeError::DoubleFree { .. } if pfns[..i].contains(&pfn) => {
+                        FreeError::Duplicate { pfn }
                     }
+                    e => e,
+                };
+                for &done in &pfns[..i] {
+                    set.undo(zone(done), done, &self.caches);
                 }
                 return Err(BulkFreeError { index: i, error });
             }
         }
-        // Consecutive frames of one span are freed under one lock of their zone. Claimed frames
-        // belong to the machine's spans, which never go away.
-        let mut i = 0;
-        while i < pfns.len() {
-            let Some(s) = self.layout.find(pfns[i]) else {
-                i += 1;
-                continue;
-            };
-            let zone = self.zone_of(&s);
-            zone.free_each(|| {
-                let pfn = *pfns.get(i).filter(|p| s.range.contains(**p))?;
-                i += 1;
-                Some((zone.span_of(pfn)?, pfn))
-            });
+        for &pfn in pfns {
+            set.finish(zone(pfn), pfn, &self.caches);
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use super::boot::{Piece, pieces, validate_range};
 use super::layout::{SpanRef, StagedSpan, Staging};
 use crate::addr::PhysRange;
 use crate::error::BootError;
-use crate::meta::Span;
+use crate::meta::{Seed, SpanMeta};
 use crate::node::{Node, ZoneKind, default_min_free_kbytes};
 use crate::platform::PhysMemory;
 use crate::sync::MutexGuard;
@@ -40,8 +40,8 @@ impl<'a> Machine<'a> {
     pub(super) fn map_piece<M: PhysMemory + ?Sized>(
         mem: &'a M,
         p: &Piece,
-    ) -> Result<Span, BootError> {
-        Span::map(mem, p.usable, p.meta).ok_or(BootError::MapFailed {
+    ) -> Result<(SpanMeta, Seed), BootError> {
+        SpanMeta::map(mem, p.usable, p.meta).ok_or(BootError::MapFailed {
             start: p.meta.start(),
         })
     }
@@ -70,14 +70,14 @@ impl<'a> Machine<'a> {
         &self,
         staged: &mut MutexGuard<'_, Staging<'a>>,
         opts: FallbackOptions,
-        spans: impl IntoIterator<Item = (Piece, Span)>,
+        spans: impl IntoIterator<Item = (Piece, (SpanMeta, Seed))>,
     ) {
         staged.rebuild(&self.topo, opts);
         self.layout.publish(staged);
-        for (p, span) in spans {
+        for (p, (span, seed)) in spans {
             self.nodes[p.node.index()]
                 .zone(ZoneKind::of(p.usable.start()))
-                .add_span(span);
+                .add_span(span, seed);
         }
         let total: u64 = self.nodes.iter().map(Node::managed_pages).sum();
         let min_kb = self
@@ -125,7 +125,7 @@ impl<'a> Machine<'a> {
             k += 1;
             Ok(())
         })?;
-        let mut mapped: [Option<(Piece, Span)>; 2] = [None, None];
+        let mut mapped: [Option<(Piece, (SpanMeta, Seed))>; 2] = [None, None];
         for (slot, p) in mapped.iter_mut().zip(planned.into_iter().flatten()) {
             *slot = Some((p, Self::map_piece(mem, &p)?));
         }

@@ -5,7 +5,7 @@
 use super::{Machine, Request};
 use crate::addr::{HugeSize, Pfn};
 use crate::error::FreeError;
-use crate::node::{HugeCounts, ZoneKind};
+use crate::node::{HugeCounts, Refused, ZoneKind};
 use crate::topology::NodeId;
 
 impl<'a> Machine<'a> {
@@ -18,7 +18,15 @@ impl<'a> Machine<'a> {
         };
         let mut got = 0;
         for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
-            got += n.zone(kind).pool_grow(size.order(), count - got);
+            let zone = n.zone(kind);
+            loop {
+                let (moved, why) = zone.pool_grow(size.order(), count - got);
+                got += moved;
+                match why {
+                    Some(Refused::Meta(what)) if got < count && self.grow(zone, what) => {}
+                    _ => break,
+                }
+            }
         }
         got
     }

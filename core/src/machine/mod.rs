@@ -22,6 +22,7 @@ use crate::addr::PhysRange;
 use crate::interleave::Weights;
 use crate::node::Node;
 use crate::percpu::{Caches, PcpConfig};
+use crate::platform::PhysMemory;
 use crate::stats::NumaStat;
 use crate::sync::RwLock;
 use crate::topology::{NodeId, NodeMask, Topology};
@@ -40,6 +41,10 @@ bitflags! {
         const DMA32 = 1 << 1;
         /// May dip below the min watermark (`ALLOC_NO_WATERMARKS` for emergency reserves).
         const RESERVE = 1 << 2;
+        /// The block will be given back soon (I/O buffers): it comes from pageblocks that serve
+        /// short-lived allocations, so that long-lived ones (page tables, the VMM's own
+        /// structures: the default) stay packed together.
+        const SHORT_LIVED = 1 << 3;
     }
 }
 
@@ -81,14 +86,28 @@ pub struct MemoryRange {
 }
 
 /// A booted NUMA machine: the allocator.
-#[derive(Debug)]
 pub struct Machine<'a> {
     topo: Topology<'a>,
+    /// How the machine reaches the frames it takes for its own metadata.
+    mem: &'a dyn PhysMemory,
     nodes: &'a [Node],
     layout: Layout<'a>,
     weights: RwLock<Weights>,
     min_free_kbytes: Option<u64>,
     caches: Caches<'a>,
+    /// The frames the machine-wide tables were carved from.
+    tables: PhysRange,
+}
+
+impl core::fmt::Debug for Machine<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Machine")
+            .field("topo", &self.topo)
+            .field("nodes", &self.nodes)
+            .field("layout", &self.layout)
+            .field("caches", &self.caches)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> Machine<'a> {
@@ -136,6 +155,17 @@ impl<'a> Machine<'a> {
         let mut s = self.node(node)?.stats().snapshot();
         self.caches.events(node, &mut s);
         Some(s)
+    }
+
+    /// Bytes of the allocator's own memory: the machine-wide tables, and every zone's metadata
+    /// (see [`Zone::metadata_bytes`](crate::Zone::metadata_bytes)).
+    pub fn metadata_bytes(&self) -> u64 {
+        self.tables.bytes()
+            + self
+                .nodes
+                .iter()
+                .flat_map(|n| crate::node::ZoneKind::ALL.map(|k| n.zone(k).metadata_bytes()))
+                .sum::<u64>()
     }
 
     /// Replaces the weighted-interleave weight table, atomically with respect to running

@@ -5,8 +5,10 @@
 
 use super::layout::Layout;
 use super::{AllocFlags, Machine};
-use crate::addr::{Order, Pfn};
-use crate::node::{Mark, Zone, ZoneKind};
+use crate::addr::{Order, Pfn, PhysRange};
+use crate::meta::{Class, Pool, Short};
+use crate::node::{Mark, Refused, Zone, ZoneKind};
+use crate::platform::Mapped;
 use crate::stats::tally;
 use crate::topology::{NodeId, NodeMask};
 
@@ -62,6 +64,15 @@ impl<'f> Request<'f> {
     fn allows(&self, node: NodeId) -> bool {
         self.filter.is_none_or(|f| f.contains(node))
     }
+
+    /// The lifetime class the request's pageblocks serve.
+    pub(crate) fn class(&self) -> Class {
+        if self.flags.contains(AllocFlags::SHORT_LIVED) {
+            Class::Short
+        } else {
+            Class::Long
+        }
+    }
 }
 
 /// The watermarks the passes of a walk keep, in order.
@@ -107,9 +118,73 @@ impl<'a> Machine<'a> {
 
     /// One block for `req` straight from the zones, counted in the node's numastat.
     pub(crate) fn walk(&self, req: &Request<'_>) -> Option<Pfn> {
-        let (pfn, node) = self.walk_with(req, |_, zone, mark| zone.alloc(req.order, mark))?;
+        let (pfn, node) = self.walk_with(req, |_, zone, mark| {
+            zone.alloc(req.order, mark, req.class())
+        })?;
         self.count(req, node, 1);
         Some(pfn)
+    }
+
+    /// Grows `zone`'s metadata pool by slabs of `what` (taking their frames from the zone and
+    /// mapping them with no lock held) until it is above its reserve. `true` if it is then,
+    /// whoever grew it: another CPU may have grown it meanwhile, and its caller should try
+    /// again rather than fail.
+    pub(super) fn grow(&self, zone: &Zone, what: Short) -> bool {
+        while zone.pool_low(what) {
+            let frames = Pool::slab_frames(what).next_power_of_two();
+            let Ok(pfn) = zone.alloc_slab(what) else {
+                // No split section has room for a slab: split a free one with an array of its
+                // own first frames (that section can never be whole again).
+                return (what == Short::Arrays && self.host_section(zone, frames))
+                    || !zone.pool_low(what);
+            };
+            let mapped = PhysRange::new(pfn, Pfn::new(pfn.get() + frames))
+                .and_then(|range| Mapped::new(self.mem, range));
+            let Some(mapped) = mapped else {
+                // The platform cannot map it: give the frames back and stop.
+                for i in 0..frames {
+                    let _ = zone.free(Pfn::new(pfn.get() + i), Order::ZERO, &self.caches);
+                }
+                return !zone.pool_low(what);
+            };
+            zone.add_slab(what, mapped);
+        }
+        true
+    }
+
+    /// Splits a free section of `zone` with an array in its own first `frames` frames.
+    fn host_section(&self, zone: &Zone, frames: u64) -> bool {
+        let Some(base) = zone.section_for_array() else {
+            return false;
+        };
+        match PhysRange::new(base, Pfn::new(base.get() + frames))
+            .and_then(|range| Mapped::new(self.mem, range))
+        {
+            Some(slab) => {
+                zone.host_section(base, slab);
+                true
+            }
+            None => {
+                let _ = zone.free(base, Order::MAX, &self.caches);
+                false
+            }
+        }
+    }
+
+    /// Runs `take` on `zone`, growing the zone's metadata pool and trying again while the zone
+    /// refuses for lack of it.
+    fn take_growing(
+        &self,
+        zone: &Zone,
+        mut take: impl FnMut() -> Result<Pfn, Refused>,
+    ) -> Option<Pfn> {
+        loop {
+            match take() {
+                Ok(pfn) => return Some(pfn),
+                Err(Refused::Meta(what)) if self.grow(zone, what) => {}
+                Err(_) => return None,
+            }
+        }
     }
 
     /// The walk shared by every single-block allocation; `take` tries one zone. The first pass
@@ -121,7 +196,7 @@ impl<'a> Machine<'a> {
     pub(crate) fn walk_with(
         &self,
         req: &Request<'_>,
-        mut take: impl FnMut(NodeId, &Zone, Mark) -> Option<Pfn>,
+        mut take: impl FnMut(NodeId, &Zone, Mark) -> Result<Pfn, Refused>,
     ) -> Option<(Pfn, NodeId)> {
         if !self.topo.contains(req.preferred) {
             return None;
@@ -137,16 +212,14 @@ impl<'a> Machine<'a> {
             }
         }
         let kinds = zones(req.flags);
-        self.caches
-            .under_pressure(
-                self.nodes,
-                |node, kind| visited.contains(node) && kinds.contains(&kind),
-                || {
-                    let seq = self.layout.begin();
-                    self.walk_once(req, seq, &mut take, &mut NodeMask::default())
-                },
-            )
-            .flatten()
+        self.caches.under_pressure(
+            self.nodes,
+            |node, kind| visited.contains(node) && kinds.contains(&kind),
+            || {
+                let seq = self.layout.begin();
+                self.walk_once(req, seq, &mut take, &mut NodeMask::default())
+            },
+        )
     }
 
     /// One walk over the layout published as `seq`; `visited` collects the nodes it tried.
@@ -154,7 +227,7 @@ impl<'a> Machine<'a> {
         &self,
         req: &Request<'_>,
         seq: u64,
-        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Option<Pfn>,
+        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<Pfn, Refused>,
         visited: &mut NodeMask,
     ) -> Option<(Pfn, NodeId)> {
         let list = self
@@ -186,7 +259,7 @@ impl<'a> Machine<'a> {
                     if !zone.has_memory() {
                         continue;
                     }
-                    if let Some(pfn) = take(node, zone, mark) {
+                    if let Some(pfn) = self.take_growing(zone, || take(node, zone, mark)) {
                         if let (Some(h), Mark::Low) = (hint, mark) {
                             h.record(generation, start, i);
                         }
@@ -252,14 +325,11 @@ impl<'a> Machine<'a> {
         }
         if done < out.len() {
             let kinds = zones(req.flags);
-            done += self
-                .caches
-                .under_pressure(
-                    self.nodes,
-                    |node, kind| visited.contains(node) && kinds.contains(&kind),
-                    || self.bulk_once(req, &mut out[done..], &mut NodeMask::default()),
-                )
-                .unwrap_or(0);
+            done += self.caches.under_pressure(
+                self.nodes,
+                |node, kind| visited.contains(node) && kinds.contains(&kind),
+                || self.bulk_once(req, &mut out[done..], &mut NodeMask::default()),
+            );
         }
         done
     }
@@ -283,11 +353,17 @@ impl<'a> Machine<'a> {
                     if !zone.has_memory() {
                         continue;
                     }
-                    let got = zone.alloc_bulk(&mut out[done..], mark, 0);
-                    if got > 0 {
-                        self.count(req, node, got as u64);
+                    loop {
+                        let (got, why) = zone.alloc_bulk(&mut out[done..], mark, req.class());
+                        if got > 0 {
+                            self.count(req, node, got as u64);
+                        }
+                        done += got;
+                        match why {
+                            Some(Refused::Meta(what)) if self.grow(zone, what) => {}
+                            _ => break,
+                        }
                     }
-                    done += got;
                 }
             }
         }

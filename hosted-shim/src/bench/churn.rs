@@ -61,8 +61,8 @@ pub struct Outcome {
 /// probe.
 ///
 /// # Errors
-/// If the allocator hands out a frame outside its range or twice, the fill does not take
-/// exactly `frames` frames, or an allocation fails while frames are free.
+/// If the allocator hands out a frame outside its range or twice, the fill keeps more than
+/// 1/64 of `frames` for itself, or an allocation fails while frames are free.
 pub fn run<A: Frames + ?Sized>(
     a: &mut A,
     base: u64,
@@ -95,11 +95,17 @@ pub fn run<A: Frames + ?Sized>(
 
     let start = Instant::now();
     while take(a, &mut held, &mut list)? {}
-    if held.held() != frames {
-        return Err(format!(
-            "the fill took {} frames, not {frames}",
-            held.held()
-        ));
+    // An allocator that keeps its metadata in the memory it manages (numaframe's pageblock
+    // bitmaps) hands out a few frames less: those stay its own, so they count as held, never
+    // as free.
+    let kept = frames - held.held();
+    if kept > frames / 64 {
+        return Err(format!("the fill took {} frames of {frames}", held.held()));
+    }
+    for f in 0..frames {
+        if !held.is_held(f) {
+            held.hold(f, 0);
+        }
     }
     for _ in 0..frames / 2 {
         give(a, &mut held, &mut list, &mut rng);

@@ -363,10 +363,11 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
         })?;
     }
 
-    // Order 9 and order 18.
+    // Order 9 and order 18, on machines of their own: "a fresh allocator", with no metadata of
+    // earlier scenarios in its sections.
     {
-        set_caches(&m, true);
-        set_caches(&big, true);
+        let (small, large) = (OneNode::new(n)?, OneNode::new(sizes.large)?);
+        let (m, big) = (small.boot()?, large.boot()?);
         let mut cells = Vec::new();
         for (order, s1, s64) in [(9u8, ORDER9_1G, ORDER9_64G), (18, ORDER18_1G, ORDER18_64G)] {
             let (mut b, mut bm, mut fl, _) = peers();

@@ -1,0 +1,219 @@
+//! Bitmaps of the 512 frames of one pageblock: the operations a split pageblock needs, on plain
+//! words (the zone lock guards every plane).
+//!
+//! Bit `i` of a [`Plane`] is frame `i` of its pageblock: word `i / 64`, bit `i % 64`. Every search
+//! is a bounded scan of the eight words, so each operation is O(1).
+#![deny(unsafe_code)]
+
+/// Frames in a pageblock.
+pub(crate) const FRAMES: usize = 512;
+const WORDS: usize = FRAMES / 64;
+
+/// One bit per frame of a pageblock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub(crate) struct Plane(pub(crate) [u64; WORDS]);
+
+/// A mask of `len` bits from bit `lo` of a word (`lo + len <= 64`).
+fn mask(lo: usize, len: usize) -> u64 {
+    debug_assert!(lo + len <= 64);
+    if len == 64 {
+        !0
+    } else {
+        ((1u64 << len) - 1) << lo
+    }
+}
+
+impl Plane {
+    /// All bits clear.
+    pub(crate) const EMPTY: Plane = Plane([0; WORDS]);
+    /// All bits set.
+    pub(crate) const FULL: Plane = Plane([!0; WORDS]);
+
+    /// Bit `i`.
+    pub(crate) fn get(&self, i: usize) -> bool {
+        self.0[i / 64] >> (i % 64) & 1 != 0
+    }
+
+    /// Sets or clears bit `i`.
+    pub(crate) fn put(&mut self, i: usize, on: bool) {
+        let b = 1u64 << (i % 64);
+        if on {
+            self.0[i / 64] |= b;
+        } else {
+            self.0[i / 64] &= !b;
+        }
+    }
+
+    /// Calls `f(word, mask)` for the words covering bits `start..start + len`.
+    fn words(start: usize, len: usize, mut f: impl FnMut(usize, u64)) {
+        let (mut i, end) = (start, start + len);
+        while i < end {
+            let lo = i % 64;
+            let n = (64 - lo).min(end - i);
+            f(i / 64, mask(lo, n));
+            i += n;
+        }
+    }
+
+    /// Sets (`on`) or clears bits `start..start + len`.
+    pub(crate) fn fill(&mut self, start: usize, len: usize, on: bool) {
+        Self::words(start, len, |w, m| {
+            if on {
+                self.0[w] |= m;
+            } else {
+                self.0[w] &= !m;
+            }
+        });
+    }
+
+    /// `true` if every bit of `start..start + len` equals `on`.
+    pub(crate) fn all(&self, start: usize, len: usize, on: bool) -> bool {
+        let mut all = true;
+        Self::words(start, len, |w, m| {
+            let bits = self.0[w] & m;
+            all &= if on { bits == m } else { bits == 0 };
+        });
+        all
+    }
+
+    /// Number of set bits.
+    pub(crate) fn count(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// The first clear bit, if any.
+    pub(crate) fn first_clear(&self) -> Option<usize> {
+        self.0
+            .iter()
+            .position(|w| *w != !0)
+            .map(|w| w * 64 + (!self.0[w]).trailing_zeros() as usize)
+    }
+
+    /// The first set bit at or after `from`, if any.
+    pub(crate) fn next_set(&self, from: usize) -> Option<usize> {
+        if from >= FRAMES {
+            return None;
+        }
+        let mut w = from / 64;
+        let mut word = self.0[w] & (!0u64 << (from % 64));
+        loop {
+            if word != 0 {
+                return Some(w * 64 + word.trailing_zeros() as usize);
+            }
+            w += 1;
+            if w == WORDS {
+                return None;
+            }
+            word = self.0[w];
+        }
+    }
+
+    /// The first naturally aligned run of `2^order` clear bits (`order <= 9`), if any.
+    pub(crate) fn find_clear_run(&self, order: u8) -> Option<usize> {
+        let len = 1usize << order;
+        if len >= 64 {
+            let step = len / 64;
+            return (0..WORDS)
+                .step_by(step)
+                .find(|&w| self.0[w..w + step].iter().all(|x| *x == 0))
+                .map(|w| w * 64);
+        }
+        for (w, &word) in self.0.iter().enumerate() {
+            // Fold the free bits so that bit `k * len` is set only if bits `k*len..(k+1)*len`
+            // are all free.
+            let mut free = !word;
+            let mut span = 1;
+            while span < len {
+                free &= free >> span;
+                span *= 2;
+            }
+            let aligned = free & Self::stride_mask(len);
+            if aligned != 0 {
+                return Some(w * 64 + aligned.trailing_zeros() as usize);
+            }
+        }
+        None
+    }
+
+    /// Bits `0, len, 2·len, …` of a word.
+    fn stride_mask(len: usize) -> u64 {
+        let mut m = 0u64;
+        let mut i = 0;
+        while i < 64 {
+            m |= 1 << i;
+            i += len;
+        }
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plain transcription of the definitions, bit by bit: the oracle for the word tricks.
+    fn naive_run(p: &Plane, order: u8) -> Option<usize> {
+        let len = 1usize << order;
+        (0..FRAMES)
+            .step_by(len)
+            .find(|&s| (s..s + len).all(|i| !p.get(i)))
+    }
+
+    fn planes() -> impl Iterator<Item = Plane> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        (0..400).map(move |i| {
+            let mut p = Plane::EMPTY;
+            for w in 0..WORDS {
+                // Dense, sparse and mixed words, so runs of every length occur.
+                p.0[w] = match (i + w) % 4 {
+                    0 => next() | next(),
+                    1 => next() & next() & next(),
+                    2 => next(),
+                    _ => 0,
+                };
+            }
+            p
+        })
+    }
+
+    #[test]
+    fn runs_match_a_bit_by_bit_search() {
+        for p in planes() {
+            for order in 0..=9 {
+                assert_eq!(
+                    p.find_clear_run(order),
+                    naive_run(&p, order),
+                    "{p:?} {order}"
+                );
+            }
+            assert_eq!(p.first_clear(), (0..FRAMES).find(|&i| !p.get(i)));
+            assert_eq!(p.count(), (0..FRAMES).filter(|&i| p.get(i)).count());
+        }
+    }
+
+    #[test]
+    fn ranges_fill_and_count() {
+        let mut p = Plane::EMPTY;
+        p.fill(60, 10, true);
+        assert!(p.all(60, 10, true) && !p.get(59) && !p.get(70));
+        assert_eq!(p.count(), 10);
+        assert_eq!(p.next_set(0), Some(60));
+        assert_eq!(p.next_set(70), None);
+        p.fill(0, FRAMES, true);
+        assert_eq!(p, Plane::FULL);
+        assert_eq!(p.first_clear(), None);
+        p.fill(128, 128, false);
+        assert_eq!(p.find_clear_run(7), Some(128));
+        assert_eq!(p.find_clear_run(8), None);
+        p.put(5, false);
+        assert_eq!(p.first_clear(), Some(5));
+        assert!(p.all(128, 128, false) && !p.all(127, 2, false));
+    }
+}

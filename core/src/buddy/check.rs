@@ -1,0 +1,384 @@
+//! The invariant walk, and what a zone reports about its pageblocks.
+#![deny(unsafe_code)]
+
+use super::{Big, FreeArea};
+use crate::addr::{MAX_ORDER, NR_ORDERS, Order, Pfn};
+use crate::bitmap::{FRAMES, Plane};
+use crate::error::InvariantError;
+use crate::meta::{Class, NIL, PB_SHIFT, PbRef, PbState, SecRef, SectionState, Use, Which};
+use crate::topology::NodeId;
+
+/// What one pageblock is doing, for occupancy maps and `/proc/pagetypeinfo`-style counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PageblockKind {
+    /// Wholly free (part of a free block of whole pageblocks, or a class's spare).
+    Free,
+    /// Handed out whole, as part of a block of 2 MiB or more.
+    Allocated,
+    /// Part of a huge-page pool.
+    Pool,
+    /// Split below 2 MiB, serving a class.
+    Split(Class),
+    /// Split and lent to a CPU's cache.
+    Cached(Class),
+}
+
+/// One pageblock's state, as [`Zone::for_each_pageblock`](crate::Zone::for_each_pageblock)
+/// reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageblockInfo {
+    /// The pageblock's first frame (its aligned start; edge pageblocks begin before their span).
+    pub pfn: Pfn,
+    /// What it is doing.
+    pub kind: PageblockKind,
+    /// Its free frames (of 512; all of them for a free pageblock, none for an allocated one;
+    /// unknown, reported as 0, while lent to a CPU).
+    pub free: u16,
+}
+
+/// Pageblock counts of a zone by state and class (Linux's `/proc/pagetypeinfo`, with classes
+/// in place of migrate types).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageblockCounts {
+    /// Wholly free pageblocks.
+    pub free: u64,
+    /// Pageblocks handed out whole (2 MiB blocks and larger), huge-page pools included.
+    pub whole: u64,
+    /// Split pageblocks per class (indexed by [`Class::index`]), lent ones included.
+    pub split: [u64; 2],
+    /// Of those, the ones lent to CPUs.
+    pub lent: u64,
+}
+
+impl FreeArea {
+    /// Calls `f` for every pageblock of the zone, ascending within each span.
+    pub(crate) fn for_each_pageblock(&self, mut f: impl FnMut(PageblockInfo)) {
+        for (slot, span) in self.meta.spans() {
+            for s in 0..span.sections() {
+                let sec = self.meta.section(SecRef {
+                    span: slot,
+                    index: s,
+                });
+                let first = span.first_pb(s);
+                let last = if s + 1 == span.sections() {
+                    span.pageblocks()
+                } else {
+                    span.first_pb(s + 1)
+                };
+                for pb in first..last {
+                    let pfn = span.pb_base(pb);
+                    let whole = |kind| PageblockInfo { pfn, kind, free: 0 };
+                    let info = match sec.map(|x| x.state) {
+                        Some(SectionState::Free) => PageblockInfo {
+                            pfn,
+                            kind: PageblockKind::Free,
+                            free: FRAMES as u16,
+                        },
+                        Some(SectionState::Allocated(Use::Normal)) => {
+                            whole(PageblockKind::Allocated)
+                        }
+                        Some(SectionState::Allocated(_)) => whole(PageblockKind::Pool),
+                        _ => {
+                            let r = PbRef {
+                                span: slot,
+                                index: pb,
+                            };
+                            let Some(h) = self.meta.pb(r) else {
+                                continue;
+                            };
+                            match h.state {
+                                PbState::Free { .. } | PbState::FreeTail => PageblockInfo {
+                                    pfn,
+                                    kind: PageblockKind::Free,
+                                    free: FRAMES as u16,
+                                },
+                                PbState::Split if self.spare[h.class.index()] == Some(r) => {
+                                    PageblockInfo {
+                                        pfn,
+                                        kind: PageblockKind::Free,
+                                        free: h.free,
+                                    }
+                                }
+                                PbState::Split => PageblockInfo {
+                                    pfn,
+                                    kind: PageblockKind::Split(h.class),
+                                    free: h.free,
+                                },
+                                PbState::Hot => whole(PageblockKind::Cached(h.class)),
+                                PbState::Allocated {
+                                    what: Use::Normal, ..
+                                }
+                                | PbState::AllocatedTail => whole(PageblockKind::Allocated),
+                                PbState::Allocated { .. } => whole(PageblockKind::Pool),
+                            }
+                        }
+                    };
+                    f(info);
+                }
+            }
+        }
+    }
+
+    /// Pageblock counts by state and class.
+    pub(crate) fn pageblock_counts(&self) -> PageblockCounts {
+        let mut c = PageblockCounts::default();
+        self.for_each_pageblock(|p| match p.kind {
+            PageblockKind::Free => c.free += 1,
+            PageblockKind::Allocated | PageblockKind::Pool => c.whole += 1,
+            PageblockKind::Split(class) => c.split[class.index()] += 1,
+            PageblockKind::Cached(class) => {
+                c.split[class.index()] += 1;
+                c.lent += 1;
+            }
+        });
+        c
+    }
+
+    /// Free blocks of each order (`/proc/buddyinfo`): whole-pageblock blocks from the lists,
+    /// and inside split pageblocks the free frames cut into maximal aligned blocks.
+    pub(crate) fn buddyinfo(&self) -> [u64; NR_ORDERS] {
+        let mut counts = [0u64; NR_ORDERS];
+        for k in PB_SHIFT as u8..=MAX_ORDER {
+            counts[usize::from(k)] = self.counts[Self::list(k)];
+        }
+        self.for_each_split(|_, _, alloc| cut(&alloc, 0, PB_SHIFT as u8, &mut counts));
+        counts
+    }
+
+    /// Walks every list, bucket, split pageblock and counter; see the invariants on
+    /// [`FreeArea`].
+    pub(crate) fn check(&self, node: NodeId) -> Result<(), InvariantError> {
+        let counter = InvariantError::Counter { node };
+        let mut free = 0u64;
+        for k in PB_SHIFT as u8..=MAX_ORDER {
+            let list = Self::list(k);
+            let (mut cur, mut prev, mut n) = (self.heads[list], NIL, 0u64);
+            while let Some(b) = Self::unpack(k, cur) {
+                let pfn = self.base(b);
+                let ok = match b {
+                    Big::Section(s) => {
+                        self.meta.section(s).map(|x| x.state) == Some(SectionState::Free)
+                    }
+                    Big::Pb(r) => {
+                        self.meta.pb(r).map(|h| h.state) == Some(PbState::Free { order: k })
+                    }
+                };
+                if !ok || !pfn.is_aligned(Order::new(k)) {
+                    return Err(InvariantError::BadFreeTag {
+                        pfn,
+                        order: Order::new(k),
+                    });
+                }
+                let (next, back) = self.links(b);
+                if back != prev {
+                    return Err(InvariantError::BrokenLink { pfn });
+                }
+                if let Big::Pb(r) = b
+                    && k < MAX_ORDER
+                {
+                    self.check_unmerged(r, k, pfn)?;
+                }
+                n += 1;
+                if n > self.counts[list] {
+                    return Err(InvariantError::BrokenLink { pfn });
+                }
+                prev = cur;
+                cur = next;
+            }
+            if n != self.counts[list] {
+                return Err(counter);
+            }
+            free += n << k;
+        }
+        let mut split_free = 0u64;
+        let mut result = Ok(());
+        self.for_each_split(|r, h, alloc| {
+            if result.is_err() {
+                return;
+            }
+            split_free += u64::from(h.free);
+            result = self.check_split(r, h, &alloc, node);
+        });
+        result?;
+        self.check_buckets(node)?;
+        for c in Class::ALL {
+            if let Some(r) = self.spare[c.index()] {
+                let h = self.meta.pb(r).ok_or(counter)?;
+                if h.state != PbState::Split || usize::from(h.free) != FRAMES || h.bucket != 0 {
+                    return Err(InvariantError::Pageblock {
+                        pfn: self.pb_base(r),
+                    });
+                }
+            }
+        }
+        free += split_free;
+        if free != self.free_pages || self.free_pages > self.managed_pages {
+            return Err(counter);
+        }
+        for (i, order) in [Order::HUGE_2M, Order::MAX].into_iter().enumerate() {
+            let mut cur = self.pools[i].head;
+            let mut n = 0;
+            while let Some(b) = if i == 1 {
+                SecRef::unpack(cur).map(Big::Section)
+            } else {
+                PbRef::unpack(cur).map(Big::Pb)
+            } {
+                let pfn = self.base(b);
+                let pooled = match b {
+                    Big::Section(s) => {
+                        self.meta.section(s).map(|x| x.state)
+                            == Some(SectionState::Allocated(Use::Pooled))
+                    }
+                    Big::Pb(r) => {
+                        self.meta.pb(r).map(|h| h.state)
+                            == Some(PbState::Allocated {
+                                order: order.get(),
+                                what: Use::Pooled,
+                            })
+                    }
+                };
+                if !pooled {
+                    return Err(InvariantError::BadFreeTag { pfn, order });
+                }
+                n += 1;
+                if n > self.pools[i].free {
+                    return Err(InvariantError::BrokenLink { pfn });
+                }
+                cur = self.links(b).0;
+            }
+            if n != self.pools[i].free || self.pools[i].free > self.pools[i].total {
+                return Err(counter);
+            }
+        }
+        Ok(())
+    }
+
+    /// A free block of `order` at `pfn` (pageblock `r`) must not have a free buddy of its order.
+    fn check_unmerged(&self, r: PbRef, order: u8, pfn: Pfn) -> Result<(), InvariantError> {
+        let Some(span) = self.meta.span(r.span) else {
+            return Ok(());
+        };
+        let buddy = Pfn::new(pfn.get() ^ (1u64 << order));
+        if !span.range.contains(buddy)
+            || buddy.get() + (1u64 << order) > span.range.end().get()
+            || !span.pb_is_whole(span.pb_of(buddy))
+        {
+            return Ok(());
+        }
+        let b = PbRef {
+            span: r.span,
+            index: span.pb_of(buddy),
+        };
+        if order + 1 < MAX_ORDER
+            && self.meta.pb(b).map(|h| h.state) == Some(PbState::Free { order })
+        {
+            return Err(InvariantError::Unmerged { pfn });
+        }
+        Ok(())
+    }
+
+    /// A split pageblock's header agrees with its planes: the free count, the allocated blocks'
+    /// shapes (aligned powers of two from a head to the next head or free frame), the count of
+    /// blocks above order 0, and frames outside the span allocated.
+    fn check_split(
+        &self,
+        r: PbRef,
+        h: crate::meta::PbHeader,
+        alloc: &Plane,
+        node: NodeId,
+    ) -> Result<(), InvariantError> {
+        let pfn = self.pb_base(r);
+        let bad = InvariantError::Pageblock { pfn };
+        let span = self
+            .meta
+            .span(r.span)
+            .ok_or(InvariantError::Counter { node })?;
+        let (lo, hi) = span.pb_frames(r.index);
+        if !alloc.all(0, lo, true) || !alloc.all(hi, FRAMES - hi, true) {
+            return Err(bad);
+        }
+        if usize::from(h.free) != FRAMES - alloc.count() {
+            return Err(bad);
+        }
+        let Some(extra) = self.meta.plane(r, Which::Extra) else {
+            return if h.multi == 0 { Ok(()) } else { Err(bad) };
+        };
+        let (mut i, mut multi) = (lo, 0u16);
+        while i < hi {
+            if !alloc.get(i) {
+                i += 1;
+                continue;
+            }
+            if !extra.get(i) {
+                return Err(bad);
+            }
+            let mut len = 1;
+            while i + len < hi && alloc.get(i + len) && !extra.get(i + len) {
+                len += 1;
+            }
+            if !len.is_power_of_two() || i % len != 0 {
+                return Err(bad);
+            }
+            multi += u16::from(len > 1);
+            i += len;
+        }
+        if multi != h.multi {
+            return Err(bad);
+        }
+        Ok(())
+    }
+
+    /// Every bucket lists split pageblocks of its class with at least its free count, each
+    /// recorded in that bucket, none wholly free; every other split pageblock with free frames is
+    /// a spare.
+    fn check_buckets(&self, node: NodeId) -> Result<(), InvariantError> {
+        let mut listed = 0u64;
+        for c in Class::ALL {
+            let bucket = &self.buckets[c.index()];
+            for b in 1..FRAMES {
+                let mut cur = bucket.heads[b];
+                if (cur != NIL) != bucket.nonempty.get(b) {
+                    return Err(InvariantError::Counter { node });
+                }
+                let mut prev = NIL;
+                while let Some(r) = PbRef::unpack(cur) {
+                    let pfn = self.pb_base(r);
+                    let h = self.meta.pb(r).ok_or(InvariantError::BrokenLink { pfn })?;
+                    if h.state != PbState::Split
+                        || h.class != c
+                        || usize::from(h.bucket) != b
+                        || usize::from(h.free) < b
+                        || h.prev != prev
+                    {
+                        return Err(InvariantError::Pageblock { pfn });
+                    }
+                    listed += 1;
+                    prev = cur;
+                    cur = h.next;
+                }
+            }
+        }
+        let mut expected = 0u64;
+        self.for_each_split(|r, h, _| {
+            if h.free > 0 && self.spare[h.class.index()] != Some(r) {
+                expected += 1;
+            }
+        });
+        if listed != expected {
+            return Err(InvariantError::Counter { node });
+        }
+        Ok(())
+    }
+}
+
+/// Counts the free frames of `alloc` in `off..off + 2^order` as maximal aligned free blocks.
+fn cut(alloc: &Plane, off: usize, order: u8, counts: &mut [u64; NR_ORDERS]) {
+    let len = 1usize << order;
+    if alloc.all(off, len, false) {
+        counts[usize::from(order)] += 1;
+    } else if order > 0 && !alloc.all(off, len, true) {
+        cut(alloc, off, order - 1, counts);
+        cut(alloc, off + len / 2, order - 1, counts);
+    }
+}

@@ -1,0 +1,758 @@
+//! One zone's free memory, over the two-level metadata of [`meta`](crate::meta).
+//!
+//! Above, a buddy allocator of whole pageblocks: free lists of orders 9..=17 (blocks of
+//! pageblocks inside a section) and 18 (whole sections). Inside a split pageblock, its
+//! allocation plane says which frames are free (`small`). A request below 2 MiB takes the most
+//! occupied split pageblock of its class that can serve it (exact occupancy buckets, see
+//! `small`), and a free pageblock only when none can; a pageblock that becomes wholly free is
+//! kept split as its class's *spare* until another one empties, so one frame allocated and
+//! freed over and over does not split and merge a section each time.
+//!
+//! A [`FreeArea`] lives inside its zone's lock; so does its [`ZoneMeta`].
+#![deny(unsafe_code)]
+
+mod check;
+mod hot;
+mod small;
+
+pub use check::{PageblockCounts, PageblockInfo, PageblockKind};
+pub(crate) use hot::{HotFrames, Lent};
+
+use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
+use crate::bitmap::{FRAMES, Plane};
+use crate::error::FreeError;
+use crate::meta::{
+    Class, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, SecRef, SectionState,
+    Seed, Short, SpanMeta, Use, ZoneMeta, flag, section_is_whole,
+};
+
+/// Orders of whole-pageblock blocks: 9..=18.
+const BIG: usize = (MAX_ORDER as usize) - PB_SHIFT as usize + 1;
+
+/// Occupancy buckets of one class: split pageblocks by their free frames. Bucket `i` lists the
+/// pageblocks that had `i` free frames when they were put there; frees do not move a pageblock
+/// (it is moved when an allocation finds it in a bucket that is out of date), allocations do.
+/// `nonempty` has bit `i` set while bucket `i` is not empty.
+#[derive(Debug)]
+struct Buckets {
+    heads: [u32; FRAMES],
+    nonempty: Plane,
+}
+
+/// A huge-page pool of one size in one zone: blocks taken from the buddy, marked `Pooled` while
+/// free in the pool (linked from `head`) and `Huge` while handed out.
+#[derive(Clone, Copy, Debug)]
+struct HugePool {
+    head: u32,
+    free: u64,
+    total: u64,
+}
+
+/// A block of whole pageblocks: its head pageblock, or a whole section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Big {
+    Pb(PbRef),
+    Section(SecRef),
+}
+
+/// The free memory and counters of one zone.
+///
+/// Invariants (checked by [`FreeArea::check`]):
+/// - list `k` (orders 9..=18) holds exactly `counts[k - 9]` free blocks, each naturally aligned
+///   inside one span and section, and no free block's buddy is free at the same order;
+/// - every split pageblock of a class is in exactly one place: its class's bucket
+///   `header.bucket`, the spare slot, a CPU (state `Hot`), or nowhere when it has no free frame;
+///   its `free` equals the clear bits of its allocation plane;
+/// - `free_pages` is the sum of free frames over the lists and split pageblocks (a hot
+///   pageblock's frames count as handed out), and `free_pages <= managed_pages`.
+#[derive(Debug)]
+pub(crate) struct FreeArea {
+    pub(crate) meta: ZoneMeta,
+    heads: [u32; BIG],
+    counts: [u64; BIG],
+    buckets: [Buckets; Class::ALL.len()],
+    spare: [Option<PbRef>; Class::ALL.len()],
+    pub(crate) free_pages: u64,
+    pub(crate) managed_pages: u64,
+    /// Huge-page pools, 2 MiB then 1 GiB.
+    pools: [HugePool; 2],
+    /// Whom the metadata pool serves right now: its own growth may use its reserve.
+    need: Need,
+}
+
+/// The pool index of a huge-page order: 9 (2 MiB) is 0, 18 (1 GiB) is 1.
+pub(crate) fn pool_index(order: Order) -> Option<usize> {
+    match order.get() {
+        9 => Some(0),
+        MAX_ORDER => Some(1),
+        _ => None,
+    }
+}
+
+/// A failed allocation: no memory, or no metadata to describe the split it needs (the caller
+/// grows the pool outside the lock and tries again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoBlock {
+    Empty,
+    Meta(Short),
+}
+
+impl From<Short> for NoBlock {
+    fn from(s: Short) -> Self {
+        NoBlock::Meta(s)
+    }
+}
+
+impl FreeArea {
+    /// An empty area.
+    pub(crate) fn new() -> Self {
+        Self {
+            meta: ZoneMeta::default(),
+            heads: [NIL; BIG],
+            counts: [0; BIG],
+            buckets: core::array::from_fn(|_| Buckets {
+                heads: [NIL; FRAMES],
+                nonempty: Plane::EMPTY,
+            }),
+            spare: [None; Class::ALL.len()],
+            free_pages: 0,
+            managed_pages: 0,
+            pools: [HugePool {
+                head: NIL,
+                free: 0,
+                total: 0,
+            }; 2],
+            need: Need::Normal,
+        }
+    }
+
+    /// Frames for a new slab of the metadata pool, as order-0 frames (contiguous, so the
+    /// platform maps them in one range; order-0, so their pageblock needs no extra plane): the
+    /// fullest long-lived pageblock with a free aligned run of them, else a claimed free one.
+    /// The claim may use the pool's reserve.
+    pub(crate) fn alloc_slab(&mut self, what: Short) -> Result<Pfn, NoBlock> {
+        let frames = crate::meta::Pool::slab_frames(what).next_power_of_two();
+        let order = frames.trailing_zeros() as u8;
+        self.need = Need::Growth;
+        let r = self.pick(order, Class::Long);
+        self.need = Need::Normal;
+        let r = r?;
+        Ok(self.take_frames(r, order))
+    }
+
+    /// Takes a free section off its list for [`FreeArea::host_section`] (marked allocated
+    /// meanwhile); `None` if there is none.
+    pub(crate) fn section_for_array(&mut self) -> Option<Pfn> {
+        let b = Self::unpack(MAX_ORDER, self.heads[Self::list(MAX_ORDER)])?;
+        self.unlink_big(b, MAX_ORDER);
+        self.mark_allocated(b, MAX_ORDER, Use::Normal);
+        self.free_pages -= Order::MAX.frames();
+        Some(self.base(b))
+    }
+
+    /// Splits the section taken by [`FreeArea::section_for_array`] with its own first frames,
+    /// mapped as `slab`, as its array: those frames stay allocated for good, the rest of the
+    /// section is free. With a slab the section cannot use, the section just goes back.
+    pub(crate) fn host_section(&mut self, base: Pfn, slab: crate::platform::Mapped) {
+        let Some(s) = self.sec_ref(base) else {
+            return;
+        };
+        let used = slab.range.frames() as usize;
+        let template = PbHeader {
+            state: PbState::FreeTail,
+            flags: flag::DIRTY,
+            ..PbHeader::NEW
+        };
+        if !self.meta.host_section(s, slab, template) {
+            self.free_big(base, MAX_ORDER);
+            return;
+        }
+        let first = self.meta.span(s.span).map_or(0, |x| x.first_pb(s.index));
+        let r = PbRef {
+            span: s.span,
+            index: first,
+        };
+        // Pageblocks 1.. are free blocks of orders 9..=17; pageblock 0 is split, its first
+        // frames the array.
+        for k in (PB_SHIFT as u8..MAX_ORDER).rev() {
+            self.push_big(Big::Pb(Self::pb_plus(r, 1 << (k - PB_SHIFT as u8))), k);
+        }
+        let mut alloc = Plane::EMPTY;
+        alloc.fill(0, used, true);
+        if self.meta.set_planes(r, alloc, None, Need::Growth).is_err() {
+            // No plane for the first pageblock: it stays allocated whole (2 MiB of metadata).
+            self.mark_allocated(Big::Pb(r), PB_SHIFT as u8, Use::Normal);
+            self.free_pages += Order::MAX.frames() - (1 << PB_SHIFT);
+            return;
+        }
+        self.meta.update_pb(r, |h| {
+            h.state = PbState::Split;
+            h.class = Class::Long;
+            h.free = (FRAMES - used) as u16;
+        });
+        self.free_pages += Order::MAX.frames() - used as u64;
+        self.settle(r);
+    }
+
+    /// `true` if `range` can join this zone: room for another span, and its pageblocks
+    /// addressable in list links.
+    pub(crate) fn can_add(&self, range: PhysRange) -> bool {
+        self.meta.spans().count() < crate::meta::MAX_SPANS_PER_ZONE
+            && range.frames() >> PB_SHIFT < 1 << 27
+    }
+
+    /// Adds a span and frees all its frames: whole sections as 1 GiB blocks, the pageblocks of
+    /// edge sections one by one (merged as they go), edge pageblocks as split ones. Costs
+    /// O(sections + pageblocks of edge sections). The caller checked [`FreeArea::can_add`].
+    pub(crate) fn add_span(&mut self, span: SpanMeta, seed: Seed) -> Result<(), Short> {
+        let range = span.range;
+        let Some(slot) = self.meta.add(span, seed) else {
+            return Ok(());
+        };
+        self.managed_pages += range.frames();
+        for s in 0..span.sections() {
+            let sec = SecRef {
+                span: slot,
+                index: s,
+            };
+            if section_is_whole(range, u64::from(s)) {
+                self.meta.update_section(sec, |x| x.flags = flag::DIRTY);
+                self.push_big(Big::Section(sec), MAX_ORDER);
+                self.free_pages += Order::MAX.frames();
+                continue;
+            }
+            let first = span.first_pb(s);
+            let last = if s + 1 == span.sections() {
+                span.pageblocks()
+            } else {
+                span.first_pb(s + 1)
+            };
+            for pb in first..last {
+                let r = PbRef {
+                    span: slot,
+                    index: pb,
+                };
+                if span.pb_is_whole(pb) {
+                    self.meta.update_pb(r, |h| h.flags = flag::DIRTY);
+                    self.merge_big(r, 9);
+                    self.free_pages += 1 << PB_SHIFT;
+                } else {
+                    self.add_edge_pb(r, &span)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The span slot and pageblock of `pfn`.
+    pub(crate) fn pb_ref(&self, pfn: Pfn) -> Option<PbRef> {
+        let slot = self.meta.span_of(pfn)?;
+        let span = self.meta.span(slot)?;
+        Some(PbRef {
+            span: slot,
+            index: span.pb_of(pfn),
+        })
+    }
+
+    fn sec_ref(&self, pfn: Pfn) -> Option<SecRef> {
+        let slot = self.meta.span_of(pfn)?;
+        let span = self.meta.span(slot)?;
+        Some(SecRef {
+            span: slot,
+            index: span.section_of(pfn),
+        })
+    }
+
+    /// The first frame of a pageblock.
+    pub(crate) fn pb_base(&self, r: PbRef) -> Pfn {
+        self.meta
+            .span(r.span)
+            .map_or(Pfn::new(0), |s| s.pb_base(r.index))
+    }
+
+    /// The first frame of a block.
+    fn base(&self, b: Big) -> Pfn {
+        match b {
+            Big::Pb(r) => self.pb_base(r),
+            Big::Section(s) => self
+                .meta
+                .span(s.span)
+                .map_or(Pfn::new(0), |x| x.section_start(s.index)),
+        }
+    }
+
+    /// The pageblock `pbs` pageblocks after `r`, in the same span.
+    fn pb_plus(r: PbRef, pbs: u32) -> PbRef {
+        PbRef {
+            span: r.span,
+            index: r.index + pbs,
+        }
+    }
+
+    fn list(order: u8) -> usize {
+        usize::from(order) - PB_SHIFT as usize
+    }
+
+    fn pack(b: Big) -> u32 {
+        match b {
+            Big::Pb(r) => r.pack(),
+            Big::Section(s) => s.pack(),
+        }
+    }
+
+    fn unpack(order: u8, v: u32) -> Option<Big> {
+        if order == MAX_ORDER {
+            SecRef::unpack(v).map(Big::Section)
+        } else {
+            PbRef::unpack(v).map(Big::Pb)
+        }
+    }
+
+    fn links(&self, b: Big) -> (u32, u32) {
+        match b {
+            Big::Pb(r) => self.meta.pb(r).map_or((NIL, NIL), |h| (h.next, h.prev)),
+            Big::Section(s) => self
+                .meta
+                .section(s)
+                .map_or((NIL, NIL), |x| (x.next, x.prev)),
+        }
+    }
+
+    fn set_links(&mut self, b: Big, next: Option<u32>, prev: Option<u32>) {
+        match b {
+            Big::Pb(r) => {
+                self.meta.update_pb(r, |h| {
+                    h.next = next.unwrap_or(h.next);
+                    h.prev = prev.unwrap_or(h.prev);
+                });
+            }
+            Big::Section(s) => {
+                self.meta.update_section(s, |x| {
+                    x.next = next.unwrap_or(x.next);
+                    x.prev = prev.unwrap_or(x.prev);
+                });
+            }
+        }
+    }
+
+    /// Marks `b` a free block of `order` (its head `Free`, the rest `FreeTail`) and puts it at
+    /// the front of its list.
+    fn push_big(&mut self, b: Big, order: u8) {
+        let k = Self::list(order);
+        let head = self.heads[k];
+        match b {
+            Big::Section(s) => {
+                self.meta.update_section(s, |x| {
+                    x.state = SectionState::Free;
+                    x.next = head;
+                    x.prev = NIL;
+                });
+            }
+            Big::Pb(r) => {
+                for i in 1..1u32 << (order - PB_SHIFT as u8) {
+                    self.meta.update_pb(Self::pb_plus(r, i), |h| {
+                        h.state = PbState::FreeTail;
+                        h.next = NIL;
+                        h.prev = NIL;
+                    });
+                }
+                self.meta.update_pb(r, |h| {
+                    h.state = PbState::Free { order };
+                    h.next = head;
+                    h.prev = NIL;
+                });
+            }
+        }
+        if let Some(h) = Self::unpack(order, head) {
+            self.set_links(h, None, Some(Self::pack(b)));
+        }
+        self.heads[k] = Self::pack(b);
+        self.counts[k] += 1;
+    }
+
+    /// Takes the free block `b` of `order` off its list (its state is left to the caller).
+    fn unlink_big(&mut self, b: Big, order: u8) {
+        let k = Self::list(order);
+        let (next, prev) = self.links(b);
+        match Self::unpack(order, prev) {
+            None => self.heads[k] = next,
+            Some(p) => self.set_links(p, Some(next), None),
+        }
+        if let Some(n) = Self::unpack(order, next) {
+            self.set_links(n, None, Some(prev));
+        }
+        self.set_links(b, Some(NIL), Some(NIL));
+        self.counts[k] -= 1;
+    }
+
+    /// Takes a block of at least `order` (9..=18) off the lists, splitting it down to `order`;
+    /// its head is left `Free` for the caller to mark.
+    fn take_big(&mut self, order: u8) -> Result<Big, NoBlock> {
+        let Some(mut k) = (order..=MAX_ORDER).find(|&k| self.heads[Self::list(k)] != NIL) else {
+            return Err(NoBlock::Empty);
+        };
+        let mut b = Self::unpack(k, self.heads[Self::list(k)]).ok_or(NoBlock::Empty)?;
+        self.unlink_big(b, k);
+        if let Big::Section(s) = b {
+            if order == MAX_ORDER {
+                return Ok(b);
+            }
+            let template = PbHeader {
+                state: PbState::FreeTail,
+                flags: self.meta.section(s).map_or(0, |x| x.flags),
+                ..PbHeader::NEW
+            };
+            if let Err(short) = self.meta.split_section(s, template, self.need) {
+                self.push_big(b, MAX_ORDER);
+                return Err(short.into());
+            }
+            let first = self.meta.span(s.span).map_or(0, |x| x.first_pb(s.index));
+            b = Big::Pb(PbRef {
+                span: s.span,
+                index: first,
+            });
+        }
+        let Big::Pb(r) = b else {
+            return Err(NoBlock::Empty);
+        };
+        while k > order {
+            k -= 1;
+            self.push_big(Big::Pb(Self::pb_plus(r, 1 << (k - PB_SHIFT as u8))), k);
+        }
+        Ok(b)
+    }
+
+    /// Allocates a block of `order` (9..=18) as `what`: its head `Allocated`, its other
+    /// pageblocks `AllocatedTail`.
+    pub(crate) fn alloc_big(&mut self, order: u8, what: Use) -> Result<Pfn, NoBlock> {
+        let b = match self.take_big(order) {
+            Err(NoBlock::Empty) if self.release_spares() => self.take_big(order)?,
+            r => r?,
+        };
+        self.mark_allocated(b, order, what);
+        self.free_pages -= 1 << order;
+        Ok(self.base(b))
+    }
+
+    fn mark_allocated(&mut self, b: Big, order: u8, what: Use) {
+        match b {
+            Big::Section(s) => {
+                self.meta.update_section(s, |x| {
+                    x.state = SectionState::Allocated(what);
+                    x.flags &= !flag::REPORTED;
+                });
+            }
+            Big::Pb(r) => {
+                for i in 0..1u32 << (order - PB_SHIFT as u8) {
+                    self.meta.update_pb(Self::pb_plus(r, i), |h| {
+                        h.state = if i == 0 {
+                            PbState::Allocated { order, what }
+                        } else {
+                            PbState::AllocatedTail
+                        };
+                        h.flags &= !flag::REPORTED;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Frees the block of `order` (9..=18) at `pfn`, merging it with its free buddies; the
+    /// caller checked it is allocated as such.
+    fn free_big(&mut self, pfn: Pfn, order: u8) {
+        self.free_pages += 1 << order;
+        if order == MAX_ORDER {
+            if let Some(s) = self.sec_ref(pfn) {
+                self.meta.update_section(s, |x| x.flags |= flag::DIRTY);
+                self.push_big(Big::Section(s), MAX_ORDER);
+            }
+            return;
+        }
+        if let Some(r) = self.pb_ref(pfn) {
+            for i in 0..1u32 << (order - PB_SHIFT as u8) {
+                self.meta
+                    .update_pb(Self::pb_plus(r, i), |h| h.flags |= flag::DIRTY);
+            }
+            self.merge_big(r, order);
+        }
+    }
+
+    /// Puts the free block of `order` headed by `r` on its list, merged with its free buddies,
+    /// up to a whole section (which then gives its array back to the pool).
+    fn merge_big(&mut self, mut r: PbRef, mut order: u8) {
+        let Some(span) = self.meta.span(r.span).copied() else {
+            return;
+        };
+        while order < MAX_ORDER - 1 {
+            let step = 1u32 << (order - PB_SHIFT as u8);
+            let base = span.pb_base(r.index).get();
+            let buddy_base = base ^ (1u64 << order);
+            if buddy_base < span.range.start().get()
+                || buddy_base + (1u64 << order) > span.range.end().get()
+            {
+                break;
+            }
+            let buddy = if buddy_base > base {
+                Self::pb_plus(r, step)
+            } else {
+                PbRef {
+                    span: r.span,
+                    index: r.index - step,
+                }
+            };
+            if self.meta.pb(buddy).map(|h| h.state) != Some(PbState::Free { order }) {
+                break;
+            }
+            self.unlink_big(Big::Pb(buddy), order);
+            r = if buddy_base < base { buddy } else { r };
+            order += 1;
+        }
+        if order == MAX_ORDER - 1 {
+            // The two halves of a section: if both are free, the section is one free block.
+            let s = span.section_of(span.pb_base(r.index));
+            let half = 1u32 << (order - PB_SHIFT as u8);
+            let first = span.first_pb(s);
+            let other = if r.index == first {
+                Self::pb_plus(r, half)
+            } else {
+                PbRef {
+                    span: r.span,
+                    index: first,
+                }
+            };
+            if section_is_whole(span.range, u64::from(s))
+                && self.meta.pb(other).map(|h| h.state) == Some(PbState::Free { order })
+            {
+                self.unlink_big(Big::Pb(other), order);
+                let sec = SecRef {
+                    span: r.span,
+                    index: s,
+                };
+                let dirty = (0..PBS_PER_SECTION as u32).any(|i| {
+                    self.meta
+                        .pb(Self::pb_plus(
+                            PbRef {
+                                span: r.span,
+                                index: first,
+                            },
+                            i,
+                        ))
+                        .is_some_and(|h| h.flags & flag::DIRTY != 0)
+                });
+                self.meta.join_section(sec, SectionState::Free);
+                self.meta.update_section(sec, |x| {
+                    x.flags = if dirty { flag::DIRTY } else { 0 };
+                });
+                self.push_big(Big::Section(sec), MAX_ORDER);
+                return;
+            }
+        }
+        self.push_big(Big::Pb(r), order);
+    }
+
+    /// Merges every spare pageblock back into the buddy; `true` if there was one.
+    fn release_spares(&mut self) -> bool {
+        let mut any = false;
+        for c in Class::ALL {
+            if let Some(r) = self.spare[c.index()].take() {
+                self.unsplit(r);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Turns a wholly free split pageblock back into a free order-9 block (its planes go back
+    /// to the pool) and merges it.
+    fn unsplit(&mut self, r: PbRef) {
+        self.meta.drop_planes(r);
+        self.meta.update_pb(r, |h| {
+            h.free = 0;
+            h.multi = 0;
+            h.bucket = 0;
+        });
+        self.merge_big(r, PB_SHIFT as u8);
+    }
+
+    /// Checks that `pfn` heads a whole-pageblock block allocated with `order` as `what` and
+    /// frees it; on error nothing changes.
+    pub(crate) fn free_whole(&mut self, pfn: Pfn, order: u8, what: Use) -> Result<(), FreeError> {
+        let found = self.whole_at(pfn)?;
+        match found {
+            Some((o, w)) if o == order && w == what => {
+                self.free_big(pfn, order);
+                Ok(())
+            }
+            Some((_, Use::Pooled)) => Err(FreeError::DoubleFree { pfn }),
+            Some((_, w)) if w != what => Err(if w == Use::Huge {
+                FreeError::HugePage { pfn }
+            } else {
+                FreeError::NotAllocated { pfn }
+            }),
+            Some((o, _)) => Err(FreeError::WrongOrder {
+                pfn,
+                given: Order::new(order),
+                allocated: Order::new(o),
+            }),
+            None => Err(FreeError::NotAllocated { pfn }),
+        }
+    }
+
+    /// The `(order, use)` of the whole-pageblock block headed at `pfn`, `None` if `pfn` heads
+    /// none; `DoubleFree` if it lies in a free one.
+    fn whole_at(&self, pfn: Pfn) -> Result<Option<(u8, Use)>, FreeError> {
+        let s = self.sec_ref(pfn).ok_or(FreeError::Foreign { pfn })?;
+        let sec = self.meta.section(s).ok_or(FreeError::Foreign { pfn })?;
+        let sec_base = self.base(Big::Section(s));
+        match sec.state {
+            SectionState::Free => Err(FreeError::DoubleFree { pfn }),
+            SectionState::Allocated(w) => Ok((pfn == sec_base).then_some((MAX_ORDER, w))),
+            SectionState::Split => {
+                let r = self.pb_ref(pfn).ok_or(FreeError::Foreign { pfn })?;
+                let h = self.meta.pb(r).ok_or(FreeError::Foreign { pfn })?;
+                let head = self.pb_base(r) == pfn;
+                match h.state {
+                    PbState::Free { .. } | PbState::FreeTail => Err(FreeError::DoubleFree { pfn }),
+                    PbState::Allocated { order, what } => Ok(head.then_some((order, what))),
+                    _ => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// Moves one block of a huge-page `order` from the buddy into the pool.
+    pub(crate) fn pool_grow(&mut self, order: Order) -> Result<(), NoBlock> {
+        let i = pool_index(order).ok_or(NoBlock::Empty)?;
+        let pfn = self.alloc_big(order.get(), Use::Pooled)?;
+        self.pool_link(i, pfn);
+        self.pools[i].total += 1;
+        Ok(())
+    }
+
+    fn pool_ref(&self, i: usize, pfn: Pfn) -> Option<u32> {
+        if i == 1 {
+            self.sec_ref(pfn).map(SecRef::pack)
+        } else {
+            self.pb_ref(pfn).map(PbRef::pack)
+        }
+    }
+
+    fn pool_link(&mut self, i: usize, pfn: Pfn) {
+        let Some(me) = self.pool_ref(i, pfn) else {
+            return;
+        };
+        let head = self.pools[i].head;
+        let b = if i == 1 {
+            SecRef::unpack(me).map(Big::Section)
+        } else {
+            PbRef::unpack(me).map(Big::Pb)
+        };
+        if let Some(b) = b {
+            self.set_links(b, Some(head), Some(NIL));
+        }
+        self.pools[i].head = me;
+        self.pools[i].free += 1;
+    }
+
+    fn pool_pop(&mut self, i: usize) -> Option<Pfn> {
+        let head = self.pools[i].head;
+        let b = if i == 1 {
+            SecRef::unpack(head).map(Big::Section)
+        } else {
+            PbRef::unpack(head).map(Big::Pb)
+        }?;
+        self.pools[i].head = self.links(b).0;
+        self.set_links(b, Some(NIL), Some(NIL));
+        self.pools[i].free -= 1;
+        Some(self.base(b))
+    }
+
+    fn set_use(&mut self, pfn: Pfn, order: Order, what: Use) {
+        if order == Order::MAX {
+            if let Some(s) = self.sec_ref(pfn) {
+                self.meta
+                    .update_section(s, |x| x.state = SectionState::Allocated(what));
+            }
+        } else if let Some(r) = self.pb_ref(pfn) {
+            self.meta.update_pb(r, |h| {
+                h.state = PbState::Allocated {
+                    order: order.get(),
+                    what,
+                }
+            });
+        }
+    }
+
+    /// Takes a free page from the pool of `order`.
+    pub(crate) fn pool_take(&mut self, order: Order) -> Option<Pfn> {
+        let pfn = self.pool_pop(pool_index(order)?)?;
+        self.set_use(pfn, order, Use::Huge);
+        Some(pfn)
+    }
+
+    /// Returns a pool page; on error nothing changes.
+    pub(crate) fn pool_put(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let i = pool_index(order).ok_or(FreeError::NotAllocated { pfn })?;
+        match self.find(pfn, order)? {
+            Found::Whole {
+                order: o,
+                what: Use::Huge,
+            } if o == order.get() => {}
+            Found::Whole {
+                what: Use::Pooled, ..
+            } => return Err(FreeError::DoubleFree { pfn }),
+            Found::Whole { order: o, .. } | Found::Small { order: o, .. } => {
+                return Err(if o == order.get() {
+                    FreeError::NotAllocated { pfn }
+                } else {
+                    FreeError::WrongOrder {
+                        pfn,
+                        given: order,
+                        allocated: Order::new(o),
+                    }
+                });
+            }
+            Found::Hot { .. } => return Err(FreeError::NotAllocated { pfn }),
+        }
+        self.set_use(pfn, order, Use::Pooled);
+        self.pool_link(i, pfn);
+        Ok(())
+    }
+
+    /// Gives one free pool page of `order` back to the buddy; `false` if none is free.
+    pub(crate) fn pool_shrink(&mut self, order: Order) -> bool {
+        let Some(i) = pool_index(order) else {
+            return false;
+        };
+        let Some(pfn) = self.pool_pop(i) else {
+            return false;
+        };
+        self.pools[i].total -= 1;
+        self.free_big(pfn, order.get());
+        true
+    }
+
+    /// `(total, free)` pages of the pool of `order`.
+    pub(crate) fn pool_counts(&self, order: Order) -> (u64, u64) {
+        pool_index(order).map_or((0, 0), |i| (self.pools[i].total, self.pools[i].free))
+    }
+
+    /// Free frames in free blocks of at least `order` (for the unusable index and HBA).
+    pub(crate) fn free_in_blocks_of(&self, order: Order) -> u64 {
+        let big: u64 = (order.get().max(PB_SHIFT as u8)..=MAX_ORDER)
+            .map(|k| self.counts[Self::list(k)] << k)
+            .sum();
+        let spares = self.spare.iter().flatten().count() as u64;
+        if order.get() <= PB_SHIFT as u8 {
+            big + (spares << PB_SHIFT) + self.small_free_in_blocks_of(order)
+        } else {
+            big
+        }
+    }
+}
+
+/// What a free is about to return: a block of whole pageblocks, or frames of a split one.
+pub(crate) use small::Found;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,596 @@
+//! Blocks below 2 MiB: split pageblocks, their occupancy buckets, and the frees that land in
+//! them.
+//!
+//! Placement: an order-0 request takes the most occupied split pageblock of its class (the
+//! lowest non-empty bucket, found in O(1) from the bucket mask); an order-1..=8 request the most
+//! occupied one with a free aligned run (a bounded look at the fullest candidates). Only when
+//! none can serve does the class take its spare, then a free pageblock from the buddy (the
+//! smallest free block first, so sections fill before a new one is broken), and only when none
+//! is left does it steal the emptiest pageblock of the other class.
+#![deny(unsafe_code)]
+
+use super::{Big, FreeArea, NoBlock};
+use crate::addr::{Order, Pfn};
+use crate::bitmap::{FRAMES, Plane};
+use crate::error::FreeError;
+use crate::meta::{Class, NIL, Need, PB_SHIFT, PbRef, PbState, Short, SpanMeta, Use, Which, flag};
+
+/// How many candidates an order-1..=8 request looks at before it takes a free pageblock.
+const RUN_CANDIDATES: usize = 16;
+
+/// What a free finds at its frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// An allocated block of `order` at offset `off` of the split pageblock `r`.
+    Small { r: PbRef, off: usize, order: u8 },
+    /// The head of a block of whole pageblocks allocated with `order` as `what`.
+    Whole { order: u8, what: Use },
+    /// A frame of a pageblock lent to a CPU (the CPU's state array knows more).
+    Hot { r: PbRef, off: usize },
+}
+
+impl FreeArea {
+    /// Puts split pageblock `r` of `class` into the bucket for `free` frames.
+    pub(super) fn bucket_insert(&mut self, r: PbRef, class: Class) {
+        let Some(h) = self.meta.pb(r) else {
+            return;
+        };
+        let b = usize::from(h.free);
+        if b == 0 || b >= FRAMES {
+            return;
+        }
+        let bucket = &mut self.buckets[class.index()];
+        let head = bucket.heads[b];
+        bucket.heads[b] = r.pack();
+        bucket.nonempty.put(b, true);
+        self.meta.update_pb(r, |h| {
+            h.bucket = b as u16;
+            h.next = head;
+            h.prev = NIL;
+        });
+        if let Some(n) = PbRef::unpack(head) {
+            self.meta.update_pb(n, |h| h.prev = r.pack());
+        }
+    }
+
+    /// Takes split pageblock `r` out of the bucket it sits in, if any.
+    pub(super) fn bucket_remove(&mut self, r: PbRef) {
+        let Some(h) = self.meta.pb(r) else {
+            return;
+        };
+        let b = usize::from(h.bucket);
+        if b == 0 {
+            return;
+        }
+        let (next, prev) = (h.next, h.prev);
+        let bucket = &mut self.buckets[h.class.index()];
+        match PbRef::unpack(prev) {
+            None => {
+                bucket.heads[b] = next;
+                if next == NIL {
+                    bucket.nonempty.put(b, false);
+                }
+            }
+            Some(p) => {
+                self.meta.update_pb(p, |x| x.next = next);
+            }
+        }
+        if let Some(n) = PbRef::unpack(next) {
+            self.meta.update_pb(n, |x| x.prev = prev);
+        }
+        self.meta.update_pb(r, |x| {
+            x.bucket = 0;
+            x.next = NIL;
+            x.prev = NIL;
+        });
+    }
+
+    /// Makes an edge pageblock a split one: its frames outside the span stay allocated forever.
+    pub(super) fn add_edge_pb(&mut self, r: PbRef, span: &SpanMeta) -> Result<(), Short> {
+        let (lo, hi) = span.pb_frames(r.index);
+        let mut alloc = Plane::FULL;
+        alloc.fill(lo, hi - lo, false);
+        self.meta.set_planes(r, alloc, None, Need::Growth)?;
+        self.meta.update_pb(r, |h| {
+            h.state = PbState::Split;
+            h.class = Class::Long;
+            h.flags = flag::DIRTY;
+            h.free = (hi - lo) as u16;
+            h.multi = 0;
+        });
+        self.free_pages += (hi - lo) as u64;
+        self.settle(r);
+        Ok(())
+    }
+
+    /// Puts a split pageblock where its free count says: a bucket, the spare slot (merging the
+    /// previous spare), or nowhere when it is full.
+    pub(super) fn settle(&mut self, r: PbRef) {
+        let Some(h) = self.meta.pb(r) else {
+            return;
+        };
+        let usable = self.meta.span(r.span).map_or(0, |s| {
+            let (lo, hi) = s.pb_frames(r.index);
+            hi - lo
+        });
+        if usize::from(h.free) == usable
+            && self
+                .meta
+                .span(r.span)
+                .is_some_and(|s| s.pb_is_whole(r.index))
+        {
+            let c = h.class.index();
+            if let Some(old) = self.spare[c].replace(r)
+                && old != r
+            {
+                self.unsplit(old);
+            }
+        } else if h.free > 0 {
+            self.bucket_insert(r, h.class);
+        }
+    }
+
+    /// Allocates a block of `order` (below 9) for `class`.
+    pub(crate) fn alloc_small(&mut self, order: u8, class: Class) -> Result<Pfn, NoBlock> {
+        let r = self.pick(order, class)?;
+        if order > 0
+            && let Err(short) = self.ensure_extra(r)
+        {
+            self.settle(r);
+            return Err(short.into());
+        }
+        Ok(self.take_from(r, order))
+    }
+
+    /// Gives split pageblock `r` an extra plane if it has none: until now every allocated frame
+    /// was an order-0 head, and the free ones shared the pageblock's dirty flag.
+    fn ensure_extra(&mut self, r: PbRef) -> Result<(), Short> {
+        if self.meta.has_plane(r, Which::Extra) {
+            return Ok(());
+        }
+        let alloc = self.meta.plane(r, Which::Alloc).unwrap_or(Plane::FULL);
+        let dirty = self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY != 0);
+        let extra = if dirty { Plane::FULL } else { alloc };
+        self.meta.set_planes(r, alloc, Some(extra), self.need)
+    }
+
+    /// Fills `out` with order-0 frames for `class`, taking every free frame of each pageblock it
+    /// picks before the next. Returns how many it placed, and why it stopped short.
+    pub(crate) fn alloc_bulk(&mut self, out: &mut [Pfn], class: Class) -> (usize, Option<NoBlock>) {
+        let mut n = 0;
+        while n < out.len() {
+            let r = match self.pick(0, class) {
+                Ok(r) => r,
+                Err(e) => return (n, Some(e)),
+            };
+            let base = self.pb_base(r);
+            let want = out.len() - n;
+            let got = self
+                .meta
+                .update_planes(r, |alloc, mut extra| {
+                    let mut got = 0;
+                    while got < want {
+                        let Some(i) = alloc.first_clear() else {
+                            break;
+                        };
+                        alloc.put(i, true);
+                        if let Some(x) = extra.as_deref_mut() {
+                            x.put(i, true);
+                        }
+                        out[n + got] = Pfn::new(base.get() + i as u64);
+                        got += 1;
+                    }
+                    got
+                })
+                .unwrap_or(0);
+            self.meta.update_pb(r, |h| {
+                h.free -= got as u16;
+                h.flags &= !flag::REPORTED;
+            });
+            self.free_pages -= got as u64;
+            self.settle(r);
+            n += got;
+        }
+        (n, None)
+    }
+
+    /// The pageblock a request of `order` (below 9) for `class` takes a block from, out of every
+    /// bucket (`settle` puts it back after the allocation).
+    pub(super) fn pick(&mut self, order: u8, class: Class) -> Result<PbRef, NoBlock> {
+        if let Some(r) = self.pick_bucket(order, class) {
+            self.bucket_remove(r);
+            return Ok(r);
+        }
+        if let Some(r) = self.spare[class.index()].take() {
+            return Ok(r);
+        }
+        match self.claim(class) {
+            Err(NoBlock::Empty) => {}
+            r => return r,
+        }
+        let other = Class::ALL.into_iter().find(|c| *c != class);
+        if let Some(other) = other
+            && let Some(r) = self.spare[other.index()]
+                .take()
+                .or_else(|| self.emptiest(other, order))
+        {
+            self.bucket_remove(r);
+            self.meta.update_pb(r, |h| h.class = class);
+            return Ok(r);
+        }
+        Err(NoBlock::Empty)
+    }
+
+    /// The fullest pageblock of `class` with at least `min_free` free frames, out of its bucket.
+    pub(super) fn pick_min(&mut self, class: Class, min_free: usize) -> Option<PbRef> {
+        if min_free <= 1 {
+            return None;
+        }
+        let mut from = min_free.min(FRAMES - 1);
+        while let Some(b) = self.buckets[class.index()].nonempty.next_set(from) {
+            let mut cur = self.buckets[class.index()].heads[b];
+            while let Some(r) = PbRef::unpack(cur) {
+                let h = self.meta.pb(r)?;
+                cur = h.next;
+                if usize::from(h.free) != b {
+                    self.bucket_remove(r);
+                    self.bucket_insert(r, class);
+                    continue;
+                }
+                self.bucket_remove(r);
+                return Some(r);
+            }
+            from = b + 1;
+        }
+        None
+    }
+
+    /// The fullest pageblock of `class`'s buckets that can serve `order`, moving the pageblocks
+    /// it finds out of date to the buckets they belong in.
+    fn pick_bucket(&mut self, order: u8, class: Class) -> Option<PbRef> {
+        let need = 1usize << order;
+        let mut looked = 0;
+        let mut from = need;
+        while let Some(b) = self.buckets[class.index()].nonempty.next_set(from) {
+            let mut cur = self.buckets[class.index()].heads[b];
+            while let Some(r) = PbRef::unpack(cur) {
+                let h = self.meta.pb(r)?;
+                cur = h.next;
+                if usize::from(h.free) != b {
+                    // Frees since it was put here: move it to where it belongs.
+                    self.bucket_remove(r);
+                    self.bucket_insert(r, class);
+                    continue;
+                }
+                if order == 0 {
+                    return Some(r);
+                }
+                let fits = self
+                    .meta
+                    .plane(r, Which::Alloc)
+                    .and_then(|p| p.find_clear_run(order))
+                    .is_some();
+                if fits {
+                    return Some(r);
+                }
+                looked += 1;
+                if looked == RUN_CANDIDATES {
+                    return None;
+                }
+            }
+            from = b + 1;
+        }
+        None
+    }
+
+    /// The emptiest split pageblock of `class` with a free run of `order` (for stealing).
+    fn emptiest(&mut self, class: Class, order: u8) -> Option<PbRef> {
+        let mask = self.buckets[class.index()].nonempty;
+        let top = (1usize << order..FRAMES).rev().find(|&b| mask.get(b))?;
+        let mut cur = self.buckets[class.index()].heads[top];
+        while let Some(r) = PbRef::unpack(cur) {
+            cur = self.meta.pb(r)?.next;
+            if self
+                .meta
+                .plane(r, Which::Alloc)
+                .and_then(|p| p.find_clear_run(order))
+                .is_some()
+            {
+                return Some(r);
+            }
+        }
+        None
+    }
+
+    /// Takes a free pageblock from the buddy and splits it for `class`.
+    fn claim(&mut self, class: Class) -> Result<PbRef, NoBlock> {
+        let b = self.take_big(PB_SHIFT as u8)?;
+        let Big::Pb(r) = b else {
+            return Err(NoBlock::Empty);
+        };
+        if let Err(short) = self.meta.set_planes(r, Plane::EMPTY, None, self.need) {
+            self.push_big(b, PB_SHIFT as u8);
+            return Err(short.into());
+        }
+        let dirty = self
+            .meta
+            .pb(r)
+            .map_or(flag::DIRTY, |h| h.flags & flag::DIRTY);
+        self.meta.update_pb(r, |h| {
+            h.state = PbState::Split;
+            h.class = class;
+            h.flags = dirty;
+            h.free = FRAMES as u16;
+            h.multi = 0;
+            h.bucket = 0;
+        });
+        Ok(r)
+    }
+
+    /// Takes a block of `order` from split pageblock `r`, which can serve it (it has a free run,
+    /// and an extra plane above order 0), then settles `r`.
+    fn take_from(&mut self, r: PbRef, order: u8) -> Pfn {
+        let base = self.pb_base(r);
+        let len = 1usize << order;
+        let off = self
+            .meta
+            .update_planes(r, |alloc, extra| {
+                let off = alloc.find_clear_run(order)?;
+                alloc.fill(off, len, true);
+                if let Some(x) = extra {
+                    // The head is marked, the rest of the block is not.
+                    x.fill(off, len, false);
+                    x.put(off, true);
+                }
+                Some(off)
+            })
+            .flatten()
+            .unwrap_or(0);
+        self.meta.update_pb(r, |h| {
+            h.free -= len as u16;
+            h.multi += u16::from(order > 0);
+            h.flags &= !flag::REPORTED;
+        });
+        self.free_pages -= len as u64;
+        self.settle(r);
+        Pfn::new(base.get() + off as u64)
+    }
+
+    /// Takes an aligned run of `2^order` free frames of split pageblock `r` as that many
+    /// order-0 blocks (for the metadata pool, whose frames are never freed), then settles `r`.
+    pub(super) fn take_frames(&mut self, r: PbRef, order: u8) -> Pfn {
+        let base = self.pb_base(r);
+        let len = 1usize << order;
+        let off = self
+            .meta
+            .update_planes(r, |alloc, extra| {
+                let off = alloc.find_clear_run(order)?;
+                alloc.fill(off, len, true);
+                if let Some(x) = extra {
+                    // Every frame heads its own order-0 block.
+                    x.fill(off, len, true);
+                }
+                Some(off)
+            })
+            .flatten()
+            .unwrap_or(0);
+        self.meta.update_pb(r, |h| {
+            h.free -= len as u16;
+            h.flags &= !flag::REPORTED;
+        });
+        self.free_pages -= len as u64;
+        self.settle(r);
+        Pfn::new(base.get() + off as u64)
+    }
+
+    /// What `pfn` holds, for a free of a block of `order`; changes nothing.
+    pub(crate) fn find(&self, pfn: Pfn, order: Order) -> Result<Found, FreeError> {
+        let r = self.pb_ref(pfn).ok_or(FreeError::Foreign { pfn })?;
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        // `pb_ref` found `pfn` inside its span, so `off` is a frame of the span.
+        let off = (pfn.get() - self.pb_base(r).get()) as usize;
+        let Some(h) = self.meta.pb(r) else {
+            // The section is one whole block.
+            return match self.whole_at(pfn)? {
+                Some((o, what)) => Ok(Found::Whole { order: o, what }),
+                None => Err(FreeError::NotAllocated { pfn }),
+            };
+        };
+        match h.state {
+            PbState::Split => {
+                let alloc = self
+                    .meta
+                    .plane(r, Which::Alloc)
+                    .ok_or(FreeError::Foreign { pfn })?;
+                if !alloc.get(off) {
+                    return Err(FreeError::DoubleFree { pfn });
+                }
+                let extra = self.meta.plane(r, Which::Extra);
+                let allocated = match extra {
+                    None => 0,
+                    Some(x) => {
+                        if !x.get(off) {
+                            return Err(FreeError::NotAllocated { pfn });
+                        }
+                        // The block runs to the next head or free frame.
+                        let mut len = 1;
+                        while off + len < FRAMES && alloc.get(off + len) && !x.get(off + len) {
+                            len += 1;
+                        }
+                        len.trailing_zeros() as u8
+                    }
+                };
+                Ok(Found::Small {
+                    r,
+                    off,
+                    order: allocated,
+                })
+            }
+            PbState::Hot => Ok(Found::Hot { r, off }),
+            _ => match self.whole_at(pfn)? {
+                Some((o, what)) => Ok(Found::Whole { order: o, what }),
+                None => Err(FreeError::NotAllocated { pfn }),
+            },
+        }
+    }
+
+    /// Frees an allocated block of `order` at offset `off` of split pageblock `r` (found by
+    /// [`FreeArea::find`]); its frames become free and dirty.
+    pub(crate) fn free_small(&mut self, r: PbRef, off: usize, order: u8) {
+        let len = 1usize << order;
+        self.meta.update_planes(r, |alloc, extra| {
+            alloc.fill(off, len, false);
+            if let Some(x) = extra {
+                x.fill(off, len, true);
+            }
+        });
+        let was_full = self.meta.pb(r).is_some_and(|h| h.free == 0);
+        self.meta.update_pb(r, |h| {
+            h.free += len as u16;
+            h.multi -= u16::from(order > 0);
+            h.flags |= flag::DIRTY;
+        });
+        self.free_pages += len as u64;
+        let Some(h) = self.meta.pb(r) else {
+            return;
+        };
+        let wholly = self.meta.span(r.span).is_some_and(|s| {
+            let (lo, hi) = s.pb_frames(r.index);
+            usize::from(h.free) == hi - lo
+        });
+        if wholly {
+            self.bucket_remove(r);
+            self.settle(r);
+        } else if was_full {
+            self.bucket_insert(r, h.class);
+        }
+    }
+
+    /// Frees order-0 frame `off` of split pageblock `r` for a bulk free, without settling the
+    /// pageblock: [`FreeArea::bulk_undo`] can still take it back exactly, or
+    /// [`FreeArea::resettle`] finish it.
+    pub(crate) fn bulk_free(&mut self, r: PbRef, off: usize) {
+        self.meta.update_planes(r, |alloc, extra| {
+            alloc.put(off, false);
+            if let Some(x) = extra {
+                x.put(off, true);
+            }
+        });
+        self.meta.update_pb(r, |h| {
+            h.free += 1;
+            h.flags |= flag::DIRTY;
+        });
+        self.free_pages += 1;
+    }
+
+    /// Undoes [`FreeArea::bulk_free`] of the frame at `pfn` (nothing else touched it: the zone's
+    /// lock was held throughout).
+    pub(crate) fn bulk_undo(&mut self, pfn: Pfn) {
+        let Some(r) = self.pb_ref(pfn) else {
+            return;
+        };
+        let off = (pfn.get() - self.pb_base(r).get()) as usize;
+        self.meta.update_planes(r, |alloc, extra| {
+            alloc.put(off, true);
+            if let Some(x) = extra {
+                // An order-0 block is its own head.
+                x.put(off, true);
+            }
+        });
+        self.meta.update_pb(r, |h| h.free -= 1);
+        self.free_pages -= 1;
+    }
+
+    /// Puts the split pageblock holding `pfn` where its free count says, after frees that did
+    /// not settle it; calling it again for the same pageblock changes nothing.
+    pub(crate) fn resettle(&mut self, pfn: Pfn) {
+        let Some(r) = self.pb_ref(pfn) else {
+            return;
+        };
+        let Some(h) = self.meta.pb(r) else {
+            return;
+        };
+        if h.state != PbState::Split || self.spare[h.class.index()] == Some(r) {
+            return;
+        }
+        let wholly = self.meta.span(r.span).is_some_and(|s| {
+            let (lo, hi) = s.pb_frames(r.index);
+            usize::from(h.free) == hi - lo && s.pb_is_whole(r.index)
+        });
+        if wholly {
+            self.bucket_remove(r);
+            self.settle(r);
+        } else if h.bucket == 0 && h.free > 0 {
+            self.bucket_insert(r, h.class);
+        }
+    }
+
+    /// Checks and frees the block of `order` at `pfn` (allocated normally, not from a pool and
+    /// not lent to a CPU); on error nothing changes.
+    pub(crate) fn free(&mut self, pfn: Pfn, order: Order) -> Result<Found, FreeError> {
+        let found = self.find(pfn, order)?;
+        match found {
+            Found::Small { r, off, order: o } if o == order.get() => {
+                self.free_small(r, off, o);
+            }
+            Found::Small { order: o, .. } => {
+                return Err(FreeError::WrongOrder {
+                    pfn,
+                    given: order,
+                    allocated: Order::new(o),
+                });
+            }
+            Found::Whole { order: o, what } => {
+                self.free_whole(pfn, order.get(), Use::Normal)
+                    .map_err(|e| match (e, what) {
+                        (FreeError::WrongOrder { .. }, Use::Normal) => FreeError::WrongOrder {
+                            pfn,
+                            given: order,
+                            allocated: Order::new(o),
+                        },
+                        (e, _) => e,
+                    })?;
+            }
+            Found::Hot { .. } => {}
+        }
+        Ok(found)
+    }
+
+    /// Free frames of split pageblocks that lie in free aligned blocks of at least `order`
+    /// (below 9), pageblock by pageblock.
+    pub(super) fn small_free_in_blocks_of(&self, order: Order) -> u64 {
+        if order.get() >= PB_SHIFT as u8 {
+            return 0;
+        }
+        let mut total = 0;
+        self.for_each_split(|_, _, alloc| {
+            let len = 1usize << order.get();
+            total += (0..FRAMES)
+                .step_by(len)
+                .filter(|&s| alloc.all(s, len, false))
+                .count() as u64
+                * len as u64;
+        });
+        total
+    }
+
+    /// Calls `f(pageblock, header, allocation plane)` for every split (not hot) pageblock.
+    pub(super) fn for_each_split(&self, mut f: impl FnMut(PbRef, crate::meta::PbHeader, Plane)) {
+        for (slot, span) in self.meta.spans() {
+            for pb in 0..span.pageblocks() {
+                let r = PbRef {
+                    span: slot,
+                    index: pb,
+                };
+                if let Some(h) = self.meta.pb(r)
+                    && h.state == PbState::Split
+                    && let Some(alloc) = self.meta.plane(r, Which::Alloc)
+                {
+                    f(r, h, alloc);
+                }
+            }
+        }
+    }
+}

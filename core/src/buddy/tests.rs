@@ -1,0 +1,291 @@
+//! Placement and pageblock tests over mock machines. Each checks the allocator against the
+//! test's own record of which frames it holds, never against the allocator's counters alone.
+extern crate std;
+use std::collections::BTreeMap;
+use std::vec::Vec;
+
+use crate::test_util::{SparseMem, Spec};
+use crate::*;
+
+fn n(i: usize) -> NodeId {
+    NodeId::new(i)
+}
+
+/// A tiny xorshift for the tests' random choices.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Frames the test holds, by pageblock (frame >> 9).
+fn by_pageblock(held: &[Pfn]) -> BTreeMap<u64, usize> {
+    let mut m = BTreeMap::new();
+    for p in held {
+        *m.entry(p.get() >> 9).or_insert(0) += 1;
+    }
+    m
+}
+
+/// `HBA_k` counted from the held frames of `range`: free frames in fully free aligned `2^k`
+/// blocks inside the range, over all free frames.
+fn hba(held: &[Pfn], range: PhysRange, k: u32, free_total: u64) -> (u64, u64) {
+    let mut busy = std::collections::BTreeSet::new();
+    for p in held {
+        busy.insert(p.get() >> k);
+    }
+    let len = 1u64 << k;
+    let first = range.start().get().div_ceil(len);
+    let last = range.end().get() / len;
+    let whole = (first..last).filter(|b| !busy.contains(b)).count() as u64 * len;
+    (whole, free_total)
+}
+
+#[test]
+fn order_zero_goes_to_the_fullest_pageblock_with_room() {
+    let spec = Spec::uniform(1, 8 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    // The frames the allocator keeps for itself are busy too: learn them by taking every free
+    // frame once (the pool does not grow for eight pageblocks after that).
+    let mut all = Vec::new();
+    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+        all.push(p);
+    }
+    let mut kept = by_pageblock(&[]);
+    for pb in 0..8u64 {
+        let mine = all.iter().filter(|p| p.get() >> 9 == pb).count();
+        kept.insert(pb, 512 - mine);
+    }
+    m.free_bulk(&all).unwrap();
+    let meta = m.metadata_bytes();
+    let mut held: Vec<Pfn> = (0..3000)
+        .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    let mut rng = Rng(0x1234_5678);
+    for _ in 0..2000 {
+        let i = rng.below(held.len());
+        m.free(held.swap_remove(i), Order::ZERO).unwrap();
+        // The next frame must land in a pageblock at least as full as every other one with
+        // room (the most occupied one).
+        let mut counts = by_pageblock(&held);
+        for (pb, k) in &kept {
+            *counts.entry(*pb).or_insert(0) += k;
+        }
+        let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        let mine = counts.get(&(p.get() >> 9)).copied().unwrap_or(0);
+        let best = counts
+            .values()
+            .filter(|&&c| c < 512)
+            .max()
+            .copied()
+            .unwrap_or(0);
+        assert!(
+            mine >= best,
+            "frame {p} went to a pageblock with {mine} busy frames, the fullest with room has {best}"
+        );
+        held.push(p);
+        m.free(held.swap_remove(rng.below(held.len())), Order::ZERO)
+            .unwrap();
+    }
+    assert_eq!(m.metadata_bytes(), meta, "the pool did not grow");
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn every_fully_free_aligned_block_can_be_allocated() {
+    let spec = Spec::uniform(1, 16 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let range = spec.ranges[0].range;
+    let mut held: Vec<Pfn> = Vec::new();
+    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+        held.push(p);
+    }
+    let mut rng = Rng(0x9e37_79b9);
+    for _ in 0..held.len() / 2 {
+        let i = rng.below(held.len());
+        m.free(held.swap_remove(i), Order::ZERO).unwrap();
+    }
+    // The LLFree recipe's 100 rounds: each frees a random tenth of the held frames and
+    // allocates as many again.
+    for _ in 0..100 {
+        let k = held.len() / 10;
+        for _ in 0..k {
+            let i = rng.below(held.len());
+            m.free(held.swap_remove(i), Order::ZERO).unwrap();
+        }
+        for _ in 0..k {
+            held.push(m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap());
+        }
+    }
+    m.check_invariants().unwrap();
+    // Frames the allocator keeps for its metadata are busy too: they are neither held by the
+    // test nor free, so count the free 2 MiB blocks as the blocks none of whose frames is
+    // outside what the zone reports free.
+    let free = m.node(n(0)).unwrap().free_pages();
+    let idx = m
+        .node(n(0))
+        .unwrap()
+        .zone(ZoneKind::Dma32)
+        .unusable_index(Order::HUGE_2M);
+    let (whole_by_record, _) = hba(&held, range, 9, free);
+    let whole_by_zone = free - idx.unusable_pages;
+    assert!(
+        whole_by_zone <= whole_by_record,
+        "the zone counts {whole_by_zone} frames in free 2 MiB blocks, the record allows {whole_by_record}"
+    );
+    let mut blocks = Vec::new();
+    while let Some(b) = m.alloc(n(0), Order::HUGE_2M, AllocFlags::empty()) {
+        blocks.push(b);
+    }
+    assert_eq!(
+        blocks.len() as u64 * 512,
+        whole_by_zone,
+        "every fully free aligned 2 MiB block is found"
+    );
+    // HBA must be high after churn: most free memory is in whole blocks.
+    assert!(
+        whole_by_zone * 10 >= free * 8,
+        "{whole_by_zone} of {free} free frames in whole blocks"
+    );
+    for b in blocks {
+        m.free(b, Order::HUGE_2M).unwrap();
+    }
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn classes_keep_to_their_pageblocks() {
+    let spec = Spec::uniform(1, 16 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut long = Vec::new();
+    let mut short = Vec::new();
+    let mut rng = Rng(7);
+    for _ in 0..3000 {
+        if rng.below(3) == 0 {
+            short.push(m.alloc(n(0), Order::ZERO, AllocFlags::SHORT_LIVED).unwrap());
+        } else {
+            long.push(m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap());
+        }
+    }
+    let (lp, sp) = (by_pageblock(&long), by_pageblock(&short));
+    let shared: Vec<_> = lp.keys().filter(|k| sp.contains_key(k)).collect();
+    assert!(
+        shared.is_empty(),
+        "pageblocks serving both classes: {shared:?}"
+    );
+    let counts = m.node(n(0)).unwrap().zone(ZoneKind::Dma32).pageblocks();
+    assert!(counts.split[Class::Long.index()] >= lp.len() as u64);
+    assert_eq!(counts.split[Class::Short.index()], sp.len() as u64);
+    m.check_invariants().unwrap();
+    for p in long.into_iter().chain(short) {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn one_frame_allocated_and_freed_again_and_again_keeps_its_pageblock_split() {
+    // A whole section and one pageblock after it, which holds the span's metadata region. Once
+    // that edge pageblock is full, a pair must not split and merge 1 GiB each time, but a 1 GiB
+    // request still gets the section while the pageblock it split is empty.
+    let spec = Spec::uniform(1, (1 << 18) + 512, 1 << 18);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let node = m.node(n(0)).unwrap();
+    let mut edge = Vec::new();
+    while node.free_pages() > 1 << 18 {
+        edge.push(m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap());
+    }
+    assert!(
+        edge.iter().all(|p| p.get() >= 2 << 18),
+        "the edge pageblock fills first"
+    );
+    let meta = m.metadata_bytes();
+    let zone = node.zone(ZoneKind::Dma32);
+    let before = zone.pageblocks();
+    for _ in 0..1000 {
+        let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        assert!(p.get() < 2 << 18);
+        m.free(p, Order::ZERO).unwrap();
+    }
+    assert_eq!(
+        zone.pageblocks(),
+        before,
+        "the emptied pageblock counts as free"
+    );
+    assert_eq!(m.metadata_bytes(), meta, "no metadata grew for a pair");
+    m.check_invariants().unwrap();
+    let whole = m.alloc(n(0), Order::MAX, AllocFlags::empty());
+    assert!(
+        whole.is_some(),
+        "the empty pageblock gives its section back"
+    );
+    m.free(whole.unwrap(), Order::MAX).unwrap();
+    for p in edge {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_bulk_takes_every_free_frame_but_the_metadata() {
+    // Two whole sections and nothing else: splitting the second one needs an array that no
+    // split section has room for (the first is full), so it hosts its own.
+    let spec = Spec::uniform(1, (1 << 19) + 4096, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let free = m.node(n(0)).unwrap().free_pages();
+    let mut out = std::vec![Pfn::new(0); free as usize];
+    let got = m.alloc_bulk(n(0), AllocFlags::empty(), &mut out) as u64;
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), 0);
+    assert!(
+        got + 64 >= free,
+        "{got} of {free} frames, the rest is metadata"
+    );
+    m.check_invariants().unwrap();
+    m.free_bulk(&out[..got as usize]).unwrap();
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn metadata_stays_within_its_budget() {
+    // 1 GiB and 4 GiB from 4 GiB up (one zone each), all handed out in 4 KiB frames, then all
+    // back. What splitting costs per GiB is the difference between the two machines, so the
+    // fixed cost of a machine (its tables, a span's region) does not hide in it.
+    let g = 1u64 << 18;
+    let split_cost = |gib: u64| {
+        let spec = Spec::uniform(1, gib * g, 4 * g);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let boot = m.metadata_bytes();
+        let mut out = std::vec![Pfn::new(0); (gib * g) as usize];
+        let got = m.alloc_bulk(n(0), AllocFlags::empty(), &mut out);
+        let split = m.metadata_bytes();
+        m.free_bulk(&out[..got]).unwrap();
+        m.check_invariants().unwrap();
+        (boot, split)
+    };
+    let (boot1, split1) = split_cost(1);
+    let (boot4, split4) = split_cost(4);
+    let per_gib = (split4 - split1) / 3;
+    assert!(
+        per_gib <= 64 << 10,
+        "{per_gib} bytes per GiB split into 4 KiB frames"
+    );
+    let boot_per_gib = (boot4 - boot1) / 3;
+    assert!(
+        boot_per_gib <= 1 << 10,
+        "{boot_per_gib} bytes per GiB at boot"
+    );
+}
