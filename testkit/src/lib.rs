@@ -1,0 +1,28 @@
+//! numaframe's test kit: what the test crates (`tests/`, the hosted shim's tests, the fuzz
+//! harnesses, benchmarks) share, so that none of them carries its own copy.
+//!
+//! - [`Rng`]: the one seeded generator;
+//! - [`SparseMem`]: the one mock `PhysMemory`, heap buffers that exist only where the allocator
+//!   maps them (the hosted shim's `SimMemory` is the simulated platform, mmap-backed with fixed
+//!   arenas; this is the mock for tests that want memory anywhere, or Miri);
+//! - [`Spec`]: machine tables that own their data, with builders and a boot;
+//! - [`Snap`]: the allocator state a refused call must leave as it was;
+//! - [`TempDir`] and [`samples`]: files for the readers and the command line.
+//!
+//! The parts that name no numaframe type live in `numaframe-testkit-base` (re-exported here),
+//! so that the core's own unit tests, which cannot link this crate, share them too.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+#![warn(missing_docs, missing_debug_implementations)]
+
+mod fs;
+mod machine;
+mod memory;
+pub mod samples;
+mod snap;
+
+pub use fs::TempDir;
+pub use machine::{Spec, memory, node_infos};
+pub use memory::SparseMem;
+pub use numaframe_testkit_base::{Rng, Span, back_to_back, uniform_distances};
+pub use snap::{Snap, ZoneSnap};
