@@ -123,7 +123,7 @@ impl Spec {
 }
 
 /// A node's state: CPUs and memory as given, nothing else known.
-fn node_info(has_cpus: bool, has_memory: bool) -> NodeInfo {
+pub fn node_info(has_cpus: bool, has_memory: bool) -> NodeInfo {
     NodeInfo {
         has_cpus,
         has_memory,
