@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use numaframe::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
-use numaframe::{NodeId, NodeInfo, Topology};
+use numaframe::{NodeId, Topology};
+use numaframe_testkit::node_infos;
 use numaframe_tests::oracle::build_all_zonelists;
 use numaframe_tests::topologies;
 
@@ -18,13 +19,7 @@ fn rebuild(c: &mut Criterion) {
     for sockets in [16, 64] {
         let t = topologies::sockets(sockets, 16);
         let n = t.len();
-        let infos: Vec<NodeInfo> = (0..n)
-            .map(|i| NodeInfo {
-                has_cpus: t.has_cpus[i],
-                has_memory: t.has_memory[i],
-                ..NodeInfo::default()
-            })
-            .collect();
+        let infos = node_infos(&t.has_cpus, &t.has_memory);
         let topo = Topology::new(&t.distances, &infos).expect("valid topology");
         let states = NodeStates {
             memory: topo.memory_nodes(),

@@ -11,11 +11,12 @@
 //! - memory hot-add to memoryless nodes, which then join every list.
 
 use numaframe::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
-use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeInfo, Order, PhysAddr, PhysRange};
+use numaframe::{AllocFlags, BootOptions, Machine, NodeId, Order, PhysAddr, PhysRange};
 use numaframe::{NodeMask, Topology};
 use numaframe_hosted::presets::preset;
 use numaframe_hosted::sim::{Sim, SimMemory};
 use numaframe_hosted::spec::{MachineSpec, NodeSpec};
+use numaframe_testkit::node_infos;
 use numaframe_tests::oracle::{Tables, build_all_zonelists};
 use numaframe_tests::topologies;
 use proptest::prelude::*;
@@ -29,20 +30,10 @@ const BOOT_ORDER: FallbackOptions = FallbackOptions {
     linux_boot_order: true,
 };
 
-fn infos(t: &Tables) -> Vec<NodeInfo> {
-    (0..t.len())
-        .map(|i| NodeInfo {
-            has_cpus: t.has_cpus[i],
-            has_memory: t.has_memory[i],
-            ..NodeInfo::default()
-        })
-        .collect()
-}
-
 /// Every node's order from the core's `build_fallback`, as plain ids.
 fn core_orders(t: &Tables, opts: FallbackOptions) -> Vec<Vec<usize>> {
     let n = t.len();
-    let infos = infos(t);
+    let infos = node_infos(&t.has_cpus, &t.has_memory);
     let topo = Topology::new(&t.distances, &infos).expect("valid topology");
     let states = NodeStates {
         memory: topo.memory_nodes(),
