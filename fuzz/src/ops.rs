@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use arbitrary::{Arbitrary, Unstructured};
-use numaframe::addr::NR_ORDERS;
 use numaframe::HugeSize;
+use numaframe::addr::NR_ORDERS;
 use numaframe::interleave::{IlState, Weights};
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
@@ -888,7 +888,9 @@ impl<'m, 'a> Harness<'m, 'a> {
                 // A repeat of an entry.
                 0 if !list.is_empty() => list[usize::from(what) % list.len()],
                 // Any block of the model (huge pages and larger orders included).
-                1 => self.pick(at as u16, |_| true).map_or(Pfn::new(0), |(p, _)| p),
+                1 => self
+                    .pick(at as u16, |_| true)
+                    .map_or(Pfn::new(0), |(p, _)| p),
                 // A block freed before.
                 2 if !self.freed.is_empty() => self.freed[usize::from(what) % self.freed.len()].0,
                 _ => Pfn::new(self.anchors[usize::from(what) % self.anchors.len()]),
@@ -969,7 +971,9 @@ impl<'m, 'a> Harness<'m, 'a> {
         } else if range.is_empty() || range.end().get() > PFN_LIMIT {
             assert_eq!(
                 result,
-                Err(BootError::BadRange { start: range.start() }),
+                Err(BootError::BadRange {
+                    start: range.start()
+                }),
                 "{range:?}"
             );
         } else if overlaps {

@@ -2,9 +2,9 @@
 //! input, and whatever a parser accepts must be a machine the core can take (boot it when it is
 //! small, check its invariants, compare its fallback orders).
 
+use numaframe::HugeSize;
 use numaframe::hugetlb::ReservationPlan;
 use numaframe::hugetlb::cmdline::{self, PoolRequest};
-use numaframe::HugeSize;
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Order, Pfn, PhysRange, Topology,
@@ -201,7 +201,9 @@ fn reserve_on_small_machine(cfg: &cmdline::HugepageConfig, seed: usize) {
     let report = plan.report(&m).to_string();
     assert!(report.ends_with('\n'));
     for size in HugeSize::ALL {
-        let total: u64 = (0..3).map(|i| m.huge_counts(NodeId::new(i), size).total).sum();
+        let total: u64 = (0..3)
+            .map(|i| m.huge_counts(NodeId::new(i), size).total)
+            .sum();
         assert!(
             total <= cfg.total(size),
             "{size:?}: {total} reserved, more than asked"
