@@ -22,7 +22,7 @@ pub mod samples;
 mod snap;
 
 pub use fs::TempDir;
-pub use machine::{Spec, memory, node_info, node_infos};
+pub use machine::{Spec, memory_range, node_info, node_infos};
 pub use memory::SparseMem;
 pub use numaframe_testkit_base::{Rng, Span, back_to_back, uniform_distances};
 pub use snap::{Snap, ZoneSnap};

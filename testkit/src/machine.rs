@@ -27,7 +27,7 @@ impl Spec {
         let infos = frames.iter().map(|&f| node_info(true, f > 0)).collect();
         let ranges = back_to_back(frames, base)
             .into_iter()
-            .map(|s| memory(s.node, s.start, s.end))
+            .map(|s| memory_range(s.node, s.start, s.end))
             .collect();
         Spec {
             distances: uniform_distances(frames.len()),
@@ -152,7 +152,7 @@ pub fn node_infos(has_cpus: &[bool], has_memory: &[bool]) -> Vec<NodeInfo> {
 ///
 /// # Panics
 /// If `end < start`.
-pub fn memory(node: usize, start: u64, end: u64) -> MemoryRange {
+pub fn memory_range(node: usize, start: u64, end: u64) -> MemoryRange {
     MemoryRange {
         node: NodeId::new(node),
         range: PhysRange::new(Pfn::new(start), Pfn::new(end)).expect("start <= end"),
@@ -167,7 +167,10 @@ mod tests {
     #[test]
     fn back_to_back_skips_memoryless_nodes() {
         let s = Spec::back_to_back(&[1024, 0, 512], 7);
-        assert_eq!(s.ranges, [memory(0, 7, 1031), memory(2, 1031, 1543)]);
+        assert_eq!(
+            s.ranges,
+            [memory_range(0, 7, 1031), memory_range(2, 1031, 1543)]
+        );
         assert_eq!(
             s.infos
                 .iter()
@@ -184,7 +187,8 @@ mod tests {
 
     #[test]
     fn the_hot_add_target_boots_with_three_cpus() {
-        let s = Spec::with_hot_add_target(vec![memory(0, 0, 2048), memory(1, 4096, 6000)]);
+        let s =
+            Spec::with_hot_add_target(vec![memory_range(0, 0, 2048), memory_range(1, 4096, 6000)]);
         let mem = SparseMem::default();
         let m = s.boot(&mem);
         assert_eq!(m.cpu_count(), 3);

@@ -18,7 +18,7 @@ use numaframe::{
 use numaframe_hosted::readers::{parse_numactl, parse_toml};
 use numaframe_hosted::sim::{Sim, SimMemory};
 use numaframe_hosted::spec::{MachineSpec, NodeSpec};
-use numaframe_testkit::{Snap, Spec, memory, node_info};
+use numaframe_testkit::{Snap, Spec, memory_range, node_info};
 
 /// 4 GiB in frames: where `Dma32` ends.
 const G4: u64 = 1 << 20;
@@ -36,8 +36,8 @@ fn range(start: u64, end: u64) -> PhysRange {
 /// `Dma32` and a `Normal` zone), node 1 lies at 8 GiB with room for a few 2 MiB pages.
 fn standard() -> Spec {
     Spec::with_hot_add_target(vec![
-        memory(0, G4 - 2048, G4 + 2048),
-        memory(1, 2 * G4, 2 * G4 + 8 * 512 + 600),
+        memory_range(0, G4 - 2048, G4 + 2048),
+        memory_range(1, 2 * G4, 2 * G4 + 8 * 512 + 600),
     ])
 }
 
@@ -258,8 +258,8 @@ fn foreign_frames_are_refused() {
     // A frame of another machine, at an address this one does not have.
     let other = World::new(Spec {
         ranges: vec![
-            memory(0, 5 * G4, 5 * G4 + 4096),
-            memory(1, 6 * G4, 6 * G4 + 4096),
+            memory_range(0, 5 * G4, 5 * G4 + 4096),
+            memory_range(1, 6 * G4, 6 * G4 + 4096),
         ],
         ..standard()
     });
@@ -1110,7 +1110,7 @@ fn hot_add_refuses_memory_the_machine_already_has() {
     // tables) can be hot-added again. Their frames are then handed out, and a guest writing
     // them corrupts the allocator (`check_invariants` then fails with `BadFreeTag`).
     let w = World::new(Spec {
-        ranges: vec![memory(0, 0, 4096), memory(1, G4, G4 + 4096)],
+        ranges: vec![memory_range(0, 0, 4096), memory_range(1, G4, G4 + 4096)],
         ..standard()
     });
     let m = w.boot();
@@ -1135,7 +1135,7 @@ fn hot_add_is_atomic_when_the_platform_cannot_map_the_second_piece() {
     // fails with MapFailed after the first was added (and without a zonelist rebuild).
     let w = World {
         spec: Spec {
-            ranges: vec![memory(0, 0, 4096), memory(1, 8192, 16384)],
+            ranges: vec![memory_range(0, 0, 4096), memory_range(1, 8192, 16384)],
             ..standard()
         },
         mem: SimMemory::new(&[(0, 4 << 30)]).unwrap(),
