@@ -7,6 +7,8 @@
 //!   arenas; this is the mock for tests that want memory anywhere, or Miri);
 //! - [`Spec`]: machine tables that own their data, with builders and a boot;
 //! - [`Snap`]: the allocator state a refused call must leave as it was;
+//! - [`FallbackStorage`]: heap storage for the core's fallback build, for tests that call it
+//!   directly;
 //! - [`TempDir`] and [`samples`]: files for the readers and the command line.
 //!
 //! The parts that name no numaframe type live in `numaframe-testkit-base` (re-exported here),
@@ -15,12 +17,14 @@
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+mod fallback;
 mod fs;
 mod machine;
 mod memory;
 pub mod samples;
 mod snap;
 
+pub use fallback::{FallbackParts, FallbackStorage, node_states};
 pub use fs::TempDir;
 pub use machine::{Spec, memory_range, node_info, node_infos};
 pub use memory::SparseMem;
