@@ -161,13 +161,8 @@ mod tests {
     }
 
     fn planes() -> impl Iterator<Item = Plane> {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = numaframe_testkit_base::Rng::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next_u64();
         (0..400).map(move |i| {
             let mut p = Plane::EMPTY;
             for w in 0..WORDS {

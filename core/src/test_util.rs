@@ -1,61 +1,29 @@
-//! Mock machines for unit tests.
+//! Mock machines for unit tests, built on the numaframe-free half of the test kit
+//! (`numaframe-testkit-base`): the core's tests cannot link the kit itself, whose `numaframe` would
+//! be another crate than the one under test.
 extern crate std;
 
-use core::ptr::NonNull;
-use std::alloc::{Layout, alloc, dealloc};
-use std::sync::Mutex as StdMutex;
+use std::vec;
 use std::vec::Vec;
+
+use numaframe_testkit_base::{RawMemory, back_to_back, uniform_distances};
 
 use crate::addr::{Pfn, PhysRange};
 use crate::machine::{BootOptions, Machine, MemoryRange};
-use crate::platform::PhysMemory;
 use crate::topology::{NodeId, NodeInfo, Topology};
 
 /// Physical memory that exists only where the allocator maps it: each mapped range gets a
 /// fresh page-aligned buffer, filled with garbage so that lazy metadata must never trust it.
-#[derive(Debug, Default)]
-pub(crate) struct SparseMem {
-    regions: StdMutex<Vec<(PhysRange, NonNull<u8>, Layout)>>,
-}
+#[derive(Debug)]
+pub(crate) struct SparseMem(RawMemory);
 
-// SAFETY: every mapped range gets its own 4 KiB-aligned buffer that lives as long as `self`, is
-// never handed out twice, and is touched by nothing else; the raw pointers are only handles.
-unsafe impl PhysMemory for SparseMem {
-    fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
-        let mut regions = self.regions.lock().ok()?;
-        if range.is_empty() || regions.iter().any(|(r, _, _)| r.overlaps(&range)) {
-            return None;
-        }
-        let layout = Layout::from_size_align(usize::try_from(range.bytes()).ok()?, 4096).ok()?;
-        // SAFETY: the layout has a non-zero size (the range is not empty).
-        let ptr = NonNull::new(unsafe { alloc(layout) })?;
-        // SAFETY: the buffer was just allocated with `layout.size()` bytes.
-        unsafe { ptr.as_ptr().write_bytes(0xa5, layout.size()) };
-        regions.push((range, ptr, layout));
-        Some(ptr)
+numaframe_testkit_base::impl_phys_memory!(crate, SparseMem, 0);
+
+impl Default for SparseMem {
+    fn default() -> Self {
+        SparseMem(RawMemory::new(0xa5))
     }
 }
-
-impl Drop for SparseMem {
-    fn drop(&mut self) {
-        for (_, ptr, layout) in self
-            .regions
-            .get_mut()
-            .map(core::mem::take)
-            .unwrap_or_default()
-        {
-            // SAFETY: allocated in `map` with exactly this layout, freed once here; the machine
-            // borrowing this memory is gone (it borrows `self`).
-            unsafe { dealloc(ptr.as_ptr(), layout) };
-        }
-    }
-}
-
-// SAFETY: the buffers are owned by this value and only reached through the pointers `map`
-// returned; the list of them is behind a mutex.
-unsafe impl Send for SparseMem {}
-// SAFETY: as above.
-unsafe impl Sync for SparseMem {}
 
 /// A machine description owning its tables.
 pub(crate) struct Spec {
@@ -67,29 +35,21 @@ pub(crate) struct Spec {
 impl Spec {
     /// `n` nodes of `frames` frames each, back to back from `base`, distance 10/20, all with CPUs.
     pub(crate) fn uniform(n: usize, frames: u64, base: u64) -> Spec {
-        let distances = (0..n * n)
-            .map(|i| if i / n == i % n { 10 } else { 20 })
-            .collect();
-        let infos = (0..n)
-            .map(|_| NodeInfo {
-                has_cpus: true,
-                has_memory: true,
-                ..NodeInfo::default()
-            })
-            .collect();
-        let ranges = (0..n as u64)
-            .map(|i| MemoryRange {
-                node: NodeId::new(i as usize),
-                range: PhysRange::new(
-                    Pfn::new(base + i * frames),
-                    Pfn::new(base + (i + 1) * frames),
-                )
-                .unwrap(),
+        let info = NodeInfo {
+            has_cpus: true,
+            has_memory: true,
+            ..NodeInfo::default()
+        };
+        let ranges = back_to_back(&vec![frames; n], base)
+            .into_iter()
+            .map(|s| MemoryRange {
+                node: NodeId::new(s.node),
+                range: PhysRange::new(Pfn::new(s.start), Pfn::new(s.end)).unwrap(),
             })
             .collect();
         Spec {
-            distances,
-            infos,
+            distances: uniform_distances(n),
+            infos: vec![info; n],
             ranges,
         }
     }

@@ -16,26 +16,23 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use arbitrary::{Arbitrary, Unstructured};
-use numaframe::addr::NR_ORDERS;
 use numaframe::HugeSize;
+use numaframe::addr::NR_ORDERS;
 use numaframe::interleave::{IlState, Weights};
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
-    AllocFlags, BootError, BootOptions, CpuId, FreeError, Machine, MemoryRange, NodeId, NodeInfo,
-    NodeMask, Order, PcpConfig, Pfn, PhysRange, PolicyError, Topology, ZoneKind,
+    AllocFlags, BootError, BootOptions, CpuId, FreeError, Machine, MemoryRange, NodeId, NodeMask,
+    Order, PcpConfig, Pfn, PhysRange, PolicyError, ZoneKind,
 };
+use numaframe_testkit::{Snap, SparseMem, Spec, memory_range};
 
-use crate::mem::HeapMem;
-
-/// Nodes of the machine: 0 and 1 with CPUs and memory, 2 CPU-less and memoryless at boot
-/// (initiator 0), the target of hot-adds. Ids 3.. are unknown to it.
+/// Nodes of the machine (the kit's `Spec::with_hot_add_target`): 0 and 1 with CPUs and memory,
+/// 2 CPU-less and memoryless at boot (initiator 0), the target of hot-adds; CPUs 0, 1 and 2 on
+/// nodes 0, 1 and 0. Ids 3.. are unknown to it.
 pub const NODES: usize = 3;
-const DISTANCES: [u8; NODES * NODES] = [10, 20, 14, 20, 10, 24, 14, 24, 10];
-/// The node of each CPU registered at boot.
-const CPU_NODES: [usize; 3] = [0, 1, 0];
-/// How many CPUs the donor machine registers: the ones past `CPU_NODES.len()` are unknown to
-/// the fuzzed machine.
+/// How many CPUs the donor machine registers: the ones past the fuzzed machine's three are
+/// unknown to it.
 const DONOR_CPUS: usize = 6;
 /// 4 GiB, where `Dma32` ends.
 const DMA32_END: u64 = 1 << 20;
@@ -209,60 +206,17 @@ enum Via {
     Huge(HugeSize),
 }
 
-/// The counters a misuse must leave unchanged.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Snap {
-    /// Per node and zone: free pages, managed pages, buddyinfo.
-    zones: Vec<(u64, u64, [u64; NR_ORDERS])>,
-    /// Per node and size: pool (total, free).
-    pools: Vec<numaframe::HugeCounts>,
-    cached: u64,
-    memory_nodes: NodeMask,
-}
-
-fn snap(m: &Machine<'_>) -> Snap {
-    let mut zones = Vec::new();
-    let mut pools = Vec::new();
-    for node in m.nodes() {
-        for kind in ZoneKind::ALL {
-            let z = node.zone(kind);
-            let c = z.counters();
-            let (free, managed) = (c.free, c.managed);
-            zones.push((free, managed, z.buddyinfo()));
-        }
-        for size in HugeSize::ALL {
-            pools.push(m.huge_counts(node.id(), size));
-        }
-    }
-    Snap {
-        zones,
-        pools,
-        cached: m.cached_pages(),
-        memory_nodes: m.memory_nodes(),
-    }
-}
-
 /// CPU ids of a donor machine with more CPUs: those past the fuzzed machine's are unknown to it.
 fn donor_cpus() -> &'static [CpuId] {
     static CPUS: OnceLock<Vec<CpuId>> = OnceLock::new();
     CPUS.get_or_init(|| {
-        let mem = HeapMem::new(0);
-        let infos = [NodeInfo {
-            has_cpus: true,
-            has_memory: true,
-            ..NodeInfo::default()
-        }];
-        let topo = Topology::new(&[10], &infos).expect("one-node topology");
-        let ranges = [MemoryRange {
-            node: NodeId::new(0),
-            range: PhysRange::new(Pfn::new(0), Pfn::new(4096)).expect("range"),
-        }];
-        let cpus = [NodeId::new(0); DONOR_CPUS];
+        let mem = crate::mem::sparse(0);
+        let spec = Spec::uniform(1, 4096, 0).with_cpus(&[0; DONOR_CPUS]);
         let opts = BootOptions {
-            cpus: &cpus,
+            cpus: &spec.cpus,
             ..BootOptions::default()
         };
-        let m = Machine::boot(topo, &mem, &ranges, opts).expect("donor boots");
+        let m = spec.boot_with(&mem, opts);
         (0..DONOR_CPUS).filter_map(|i| m.cpu(i)).collect()
     })
 }
@@ -298,34 +252,14 @@ pub fn run(data: &[u8]) {
 /// Runs one decoded input; panics on any broken promise.
 pub fn run_input(input: &Input) {
     let shape = SHAPES[usize::from(input.shape) % SHAPES.len()];
-    let infos = [
-        NodeInfo {
-            has_cpus: true,
-            has_memory: true,
-            ..NodeInfo::default()
-        },
-        NodeInfo {
-            has_cpus: true,
-            has_memory: true,
-            ..NodeInfo::default()
-        },
-        NodeInfo {
-            initiator: Some(NodeId::new(0)),
-            ..NodeInfo::default()
-        },
-    ];
-    let ranges: Vec<MemoryRange> = shape
-        .iter()
-        .map(|&(node, start, frames)| MemoryRange {
-            node: NodeId::new(node),
-            range: PhysRange::new(Pfn::new(start), Pfn::new(start + frames)).expect("shape range"),
-        })
-        .collect();
-    let cpu_nodes = CPU_NODES.map(NodeId::new);
-    let mem = HeapMem::new(input.fill);
-    let topo = Topology::new(&DISTANCES, &infos).expect("fixed topology");
+    let spec = Spec::with_hot_add_target(
+        shape
+            .iter()
+            .map(|&(node, start, frames)| memory_range(node, start, start + frames))
+            .collect(),
+    );
+    let mem = crate::mem::sparse(input.fill);
     let opts = BootOptions {
-        cpus: &cpu_nodes,
         pcp: PcpConfig {
             batch: u32::from(input.pcp.0 % 300),
             high: u32::from(input.pcp.1 % 600),
@@ -335,11 +269,11 @@ pub fn run_input(input: &Input) {
             1 => Some(0),
             _ => Some(u64::from(input.min_free) * 4),
         },
-        ..BootOptions::default()
+        ..spec.options()
     };
-    let m = Machine::boot(topo, &mem, &ranges, opts).expect("the fixed shapes boot");
+    let m = spec.boot_with(&mem, opts);
     m.check_invariants().expect("invariants after boot");
-    let mut h = Harness::new(&m, &mem, &ranges);
+    let mut h = Harness::new(&m, &mem, &spec.ranges);
     h.check();
     for op in input.ops.iter().take(MAX_OPS) {
         h.apply(op);
@@ -350,7 +284,7 @@ pub fn run_input(input: &Input) {
 
 struct Harness<'m, 'a> {
     m: &'m Machine<'a>,
-    mem: &'a HeapMem,
+    mem: &'a SparseMem,
     model: BTreeMap<u64, Block>,
     /// Blocks freed earlier, for double frees.
     freed: Vec<(Pfn, Order, Kind)>,
@@ -367,8 +301,8 @@ struct Harness<'m, 'a> {
 }
 
 impl<'m, 'a> Harness<'m, 'a> {
-    fn new(m: &'m Machine<'a>, mem: &'a HeapMem, ranges: &[MemoryRange]) -> Self {
-        let boot = snap(m);
+    fn new(m: &'m Machine<'a>, mem: &'a SparseMem, ranges: &[MemoryRange]) -> Self {
+        let boot = Snap::of(m);
         let present: Vec<PhysRange> = ranges.iter().map(|r| r.range).collect();
         let mut anchors = vec![0, DMA32_END, 3 * DMA32_END, 1 << 40, PFN_LIMIT - 64];
         for r in &present {
@@ -385,7 +319,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             freed: Vec::new(),
             present,
             anchors,
-            full: boot.zones.iter().map(|z| z.2).collect(),
+            full: boot.zones.iter().map(|z| z.buddyinfo).collect(),
             cpus,
             known_cpus,
             policies: [None, None],
@@ -537,11 +471,11 @@ impl<'m, 'a> Harness<'m, 'a> {
             Op::FreeBulk { ref picks, bad } => self.free_bulk(picks, bad),
             Op::DrainCpu { cpu } => {
                 let (cpu, known) = self.cpu(cpu);
-                let before = snap(m);
+                let before = Snap::of(m);
                 m.drain_cpu(cpu);
                 if !known {
                     assert_eq!(
-                        snap(m),
+                        Snap::of(m),
                         before,
                         "draining an unknown CPU changed the machine"
                     );
@@ -790,7 +724,7 @@ impl<'m, 'a> Harness<'m, 'a> {
         };
         let held = self.model.get(&pfn.get()).copied();
         let valid = known_cpu && held.is_some_and(|b| b.order == order && b.kind == kind);
-        let before = (!valid).then(|| snap(m));
+        let before = (!valid).then(|| Snap::of(m));
         let result = match via {
             Via::Free => m.free(pfn, order),
             Via::Cpu(c) => m.free_cpu(c, pfn, order),
@@ -812,7 +746,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             panic!("misuse accepted: free of {pfn:?}/{order:?} via {via:?}, model holds {held:?}");
         };
         assert_eq!(
-            Some(snap(m)),
+            Some(Snap::of(m)),
             before,
             "a refused free ({e:?}) changed the machine"
         );
@@ -888,7 +822,9 @@ impl<'m, 'a> Harness<'m, 'a> {
                 // A repeat of an entry.
                 0 if !list.is_empty() => list[usize::from(what) % list.len()],
                 // Any block of the model (huge pages and larger orders included).
-                1 => self.pick(at as u16, |_| true).map_or(Pfn::new(0), |(p, _)| p),
+                1 => self
+                    .pick(at as u16, |_| true)
+                    .map_or(Pfn::new(0), |(p, _)| p),
                 // A block freed before.
                 2 if !self.freed.is_empty() => self.freed[usize::from(what) % self.freed.len()].0,
                 _ => Pfn::new(self.anchors[usize::from(what) % self.anchors.len()]),
@@ -903,7 +839,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                     .get(&p.get())
                     .is_some_and(|b| b.order == Order::ZERO && b.kind == Kind::Small)
         });
-        let before = snap(m);
+        let before = Snap::of(m);
         match (m.free_bulk(&list), first_bad) {
             (Ok(()), None) => {
                 for p in &list {
@@ -917,7 +853,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                     "bulk free of {list:?} blamed the wrong entry: {e:?}"
                 );
                 assert_eq!(
-                    snap(m),
+                    Snap::of(m),
                     before,
                     "a refused bulk free ({e:?}) changed the machine"
                 );
@@ -961,7 +897,7 @@ impl<'m, 'a> Harness<'m, 'a> {
 
     fn hot_add(&mut self, node: NodeId, range: PhysRange, opts: FallbackOptions) {
         let m = self.m;
-        let before = snap(m);
+        let before = Snap::of(m);
         let result = m.hot_add(self.mem, node, range, opts);
         let overlaps = self.present.iter().any(|r| r.overlaps(&range));
         if node.index() >= NODES {
@@ -969,7 +905,9 @@ impl<'m, 'a> Harness<'m, 'a> {
         } else if range.is_empty() || range.end().get() > PFN_LIMIT {
             assert_eq!(
                 result,
-                Err(BootError::BadRange { start: range.start() }),
+                Err(BootError::BadRange {
+                    start: range.start()
+                }),
                 "{range:?}"
             );
         } else if overlaps {
@@ -979,7 +917,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                 self.present
             );
         }
-        let after = snap(m);
+        let after = Snap::of(m);
         if let Err(e) = result {
             assert_eq!(
                 after, before,
@@ -995,11 +933,11 @@ impl<'m, 'a> Harness<'m, 'a> {
         assert!(after.memory_nodes.contains(node));
         for (i, (a, b)) in after.zones.iter().zip(&before.zones).enumerate() {
             assert!(
-                a.1 >= b.1 && a.0 - b.0 == a.1 - b.1,
+                a.managed >= b.managed && a.free - b.free == a.managed - b.managed,
                 "hot-add adds free, managed pages"
             );
             for k in 0..NR_ORDERS {
-                self.full[i][k] += a.2[k] - b.2[k];
+                self.full[i][k] += a.buddyinfo[k] - b.buddyinfo[k];
             }
         }
         self.present.push(range);
@@ -1063,11 +1001,11 @@ impl<'m, 'a> Harness<'m, 'a> {
             }
         }
         self.check();
-        let s = snap(m);
+        let s = Snap::of(m);
         for (i, z) in s.zones.iter().enumerate() {
-            assert_eq!(z.0, z.1, "zone {i}: not every page came back");
+            assert_eq!(z.free, z.managed, "zone {i}: not every page came back");
             assert_eq!(
-                z.2, self.full[i],
+                z.buddyinfo, self.full[i],
                 "zone {i}: free blocks did not merge back"
             );
         }

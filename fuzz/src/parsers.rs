@@ -2,18 +2,15 @@
 //! input, and whatever a parser accepts must be a machine the core can take (boot it when it is
 //! small, check its invariants, compare its fallback orders).
 
+use numaframe::HugeSize;
 use numaframe::hugetlb::ReservationPlan;
 use numaframe::hugetlb::cmdline::{self, PoolRequest};
-use numaframe::HugeSize;
 use numaframe::zonelist::FallbackOptions;
-use numaframe::{
-    BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Order, Pfn, PhysRange, Topology,
-};
+use numaframe::{BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Order, PhysRange};
 use numaframe_hosted::readers::{parse_numactl, parse_toml};
 use numaframe_hosted::sim::Sim;
 use numaframe_hosted::spec::{MachineSpec, SpecError};
-
-use crate::mem::HeapMem;
+use numaframe_testkit::{Spec, memory_range, node_info};
 
 /// Machines parsed from fuzzed text are booted only up to this size (virtual memory is cheap,
 /// but each boot costs time).
@@ -154,39 +151,21 @@ pub fn cmdline(data: &[u8]) {
 
 /// Runs the reservation plan of `cfg` on a three-node machine (node 2 memoryless).
 fn reserve_on_small_machine(cfg: &cmdline::HugepageConfig, seed: usize) {
-    let infos = [
-        NodeInfo {
-            has_cpus: true,
-            has_memory: true,
-            ..NodeInfo::default()
-        },
-        NodeInfo {
-            has_memory: true,
-            ..NodeInfo::default()
-        },
-        NodeInfo {
-            has_cpus: true,
-            ..NodeInfo::default()
-        },
-    ];
-    let distances = [10, 20, 30, 20, 10, 30, 30, 30, 10];
-    let ranges = [
-        MemoryRange {
-            node: NodeId::new(0),
-            range: PhysRange::new(Pfn::new(0), Pfn::new(5 * 512 + 100)).expect("range"),
-        },
-        MemoryRange {
-            node: NodeId::new(1),
-            range: PhysRange::new(Pfn::new(8192), Pfn::new(8192 + 3 * 512 + 300)).expect("range"),
-        },
-    ];
-    let mem = HeapMem::new(0x5a);
-    let topo = Topology::new(&distances, &infos).expect("fixed topology");
-    let opts = BootOptions {
-        min_free_kbytes: Some(0),
-        ..BootOptions::default()
+    let spec = Spec {
+        distances: vec![10, 20, 30, 20, 10, 30, 30, 30, 10],
+        infos: vec![
+            node_info(true, true),
+            node_info(false, true),
+            node_info(true, false),
+        ],
+        ranges: vec![
+            memory_range(0, 0, 5 * 512 + 100),
+            memory_range(1, 8192, 8192 + 3 * 512 + 300),
+        ],
+        cpus: Vec::new(),
     };
-    let m = Machine::boot(topo, &mem, &ranges, opts).expect("fixed machine boots");
+    let mem = crate::mem::sparse(0x5a);
+    let m = spec.boot(&mem);
     let chunk = (seed % 5) as u64 + 1;
     let Ok(mut plan) = ReservationPlan::with_chunk_pages(cfg, &m, chunk) else {
         assert!(
@@ -201,7 +180,9 @@ fn reserve_on_small_machine(cfg: &cmdline::HugepageConfig, seed: usize) {
     let report = plan.report(&m).to_string();
     assert!(report.ends_with('\n'));
     for size in HugeSize::ALL {
-        let total: u64 = (0..3).map(|i| m.huge_counts(NodeId::new(i), size).total).sum();
+        let total: u64 = (0..3)
+            .map(|i| m.huge_counts(NodeId::new(i), size).total)
+            .sum();
         assert!(
             total <= cfg.total(size),
             "{size:?}: {total} reserved, more than asked"
@@ -289,7 +270,7 @@ pub fn fdt(data: &[u8]) {
     if total > BOOT_MAX_BYTES {
         return;
     }
-    let mem = HeapMem::new(0xa5);
+    let mem = crate::mem::sparse(0xa5);
     let opts = BootOptions {
         cpus: out.cpus(),
         min_free_kbytes: Some(0),

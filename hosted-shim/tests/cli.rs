@@ -7,6 +7,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use numaframe_testkit::samples::NUMACTL_TWO_NODES;
+use numaframe_testkit::{Rng, TempDir};
+
 mod support;
 use support::*;
 
@@ -104,6 +107,7 @@ fn linux_boot_order() {
          [[node]]\nid = 0\ncpus = \"0\"\nmemory = \"1G\"\n[[node]]\nid = 1\ncpus = \"1\"\nmemory = \"1G\"\n\
          [[node]]\nid = 2\nmemory = \"1G\"\n[[node]]\nid = 3\nmemory = \"1G\"\n",
     );
+    let toml = toml.display().to_string();
     let (code, out, err) = numaframe(&["zonelists", "--topology", &toml]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, boot_log(&vector("cxl-tie")));
@@ -124,6 +128,7 @@ fn every_source_gives_the_same_answer() {
          [[node]]\nid = 3\ncpus = \"24-31\"\nmemory = \"16G\"\n[[node]]\nid = 2\ncpus = \"16-23\"\nmemory = \"16G\"\n\
          [[node]]\nid = 1\ncpus = \"8-15\"\nmemory = \"16G\"\n[[node]]\nid = 0\ncpus = \"0-7\"\nmemory = \"16G\"\n",
     );
+    let toml = toml.display().to_string();
     let numactl = dir.put(
         "amd.txt",
         "available: 4 nodes (0-3)\n\
@@ -133,6 +138,7 @@ fn every_source_gives_the_same_answer() {
          node 3 cpus: 24 25 26 27 28 29 30 31\nnode 3 size: 16384 MB\nnode 3 free: 16000 MB\n\
          node distances:\nnode   0   1   2   3\n  0:  10  12  32  32\n  1:  12  10  32  32\n  2:  32  32  10  12\n  3:  32  32  12  10\n",
     );
+    let numactl = numactl.display().to_string();
     let want = boot_log(&vector("amd-4node"));
     for args in [
         ["zonelists", "--topology", &toml],
@@ -267,19 +273,6 @@ initiator = 1
 bandwidth_gbps = 100
 "#;
 
-const GOOD_NUMACTL: &str = "available: 2 nodes (0-1)
-node 0 cpus: 0 1 2 3
-node 0 size: 15950 MB
-node 0 free: 12000 MB
-node 1 cpus:
-node 1 size: 0 MB
-node 1 free: 0 MB
-node distances:
-node   0   1
-  0:  10  21
-  1:  21  10
-";
-
 #[test]
 fn malformed_files_exit_2() {
     let dir = TempDir::new("malformed");
@@ -310,7 +303,7 @@ fn malformed_files_exit_2() {
         ("--numactl", "empty.txt", ""),
     ];
     for (flag, name, text) in cases {
-        let path = dir.put(name, text);
+        let path = dir.put(name, text).display().to_string();
         let (code, out, err) = numaframe(&["zonelists", flag, &path]);
         assert_eq!(code, 2, "{name}: {err}");
         assert!(out.is_empty(), "{name}");
@@ -322,33 +315,21 @@ fn malformed_files_exit_2() {
     }
 }
 
-/// Deterministic xorshift.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n.max(1) as u64) as usize
-    }
-}
-
 /// Truncated, shortened and byte-mutated versions of a valid file.
 fn garbage(text: &str, rng: &mut Rng) -> Vec<u8> {
     const BYTES: &[u8] = b"0123456789-,:=[]\"#\n .xGMK\xff\x00";
     let mut b = text.as_bytes().to_vec();
-    match rng.below(3) {
-        0 => b.truncate(rng.below(b.len())),
+    match rng.index(3) {
+        0 => b.truncate(rng.index(b.len())),
         1 => {
-            let at = rng.below(b.len());
-            let end = (at + 1 + rng.below(20)).min(b.len());
+            let at = rng.index(b.len());
+            let end = (at + 1 + rng.index(20)).min(b.len());
             b.drain(at..end);
         }
         _ => {
-            for _ in 0..=rng.below(4) {
-                let at = rng.below(b.len());
-                b[at] = BYTES[rng.below(BYTES.len())];
+            for _ in 0..=rng.index(4) {
+                let at = rng.index(b.len());
+                b[at] = BYTES[rng.index(BYTES.len())];
             }
         }
     }
@@ -358,15 +339,15 @@ fn garbage(text: &str, rng: &mut Rng) -> Vec<u8> {
 #[test]
 fn garbage_never_panics() {
     let dir = TempDir::new("garbage");
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     let mut codes = [0usize; 3];
     for i in 0..120 {
         let (flag, text) = if i % 2 == 0 {
             ("--topology", GOOD_TOML)
         } else {
-            ("--numactl", GOOD_NUMACTL)
+            ("--numactl", NUMACTL_TWO_NODES)
         };
-        let path = dir.0.join(format!("g{i}"));
+        let path = dir.path().join(format!("g{i}"));
         let bytes = garbage(text, &mut rng);
         fs::write(&path, &bytes).unwrap();
         let path = path.display().to_string();
@@ -411,10 +392,10 @@ fn garbage_arguments_never_panic() {
         "x",
         "",
     ];
-    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut rng = Rng::new(0x1234_5678_9abc_def1);
     for _ in 0..60 {
-        let args: Vec<&str> = (0..1 + rng.below(4))
-            .map(|_| words[rng.below(words.len())])
+        let args: Vec<&str> = (0..1 + rng.index(4))
+            .map(|_| words[rng.index(words.len())])
             .collect();
         let (code, _, err) = numaframe(&args);
         assert!(

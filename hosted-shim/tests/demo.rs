@@ -1,18 +1,12 @@
 //! `numaframe demo` runs on every preset and reports a consistent machine.
 
-use std::process::Command;
+mod support;
+use support::numaframe;
 
 fn demo(preset: &str) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_numaframe"))
-        .args(["demo", "--preset", preset, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{preset}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let (code, out, err) = numaframe(&["demo", "--preset", preset, "--json"]);
+    assert_eq!(code, 0, "{preset}: {err}");
+    serde_json::from_str(&out).unwrap()
 }
 
 #[test]

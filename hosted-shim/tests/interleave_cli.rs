@@ -5,6 +5,8 @@
 
 use serde_json::Value;
 
+use numaframe_testkit::TempDir;
+
 mod support;
 use support::*;
 
@@ -69,7 +71,7 @@ fn counts(pairs: &[(usize, u64)]) -> Vec<(String, u64)> {
 #[test]
 fn seed_case() {
     let dir = TempDir::new("seed");
-    let toml = dir.put("two.toml", TWO_NODES);
+    let toml = dir.put("two.toml", TWO_NODES).display().to_string();
     let args = [
         "--weights",
         "10,7",
@@ -261,7 +263,7 @@ fn socket_aware_ratios() {
 #[test]
 fn small_topology_gets_enough_memory_and_large_calls_work() {
     let dir = TempDir::new("room");
-    let toml = dir.put("two.toml", TWO_NODES);
+    let toml = dir.put("two.toml", TWO_NODES).display().to_string();
     // 64 MiB nodes cannot hold 10^6 pages (3.8 GiB): the machine is enlarged and says so.
     let out = ok(&[
         "interleave",
@@ -457,6 +459,7 @@ fn bad_input_exits_2_with_one_line() {
         "distances = [[10, 20], [20, 10]]\n\
          [[node]]\nid = 0\ncpus = \"0\"\nmemory = \"1G\"\n[[node]]\nid = 1\ncpus = \"1\"\nmemory = \"0\"\n",
     );
+    let memless = memless.display().to_string();
     bad_input(
         &[
             "interleave",

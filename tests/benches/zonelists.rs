@@ -9,8 +9,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
-use numaframe::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
-use numaframe::{NodeId, NodeInfo, Topology};
+use numaframe::zonelist::{FallbackOptions, build_fallback};
+use numaframe::{NodeId, Topology};
+use numaframe_testkit::{FallbackParts, FallbackStorage, node_infos, node_states};
 use numaframe_tests::oracle::build_all_zonelists;
 use numaframe_tests::topologies;
 
@@ -18,27 +19,16 @@ fn rebuild(c: &mut Criterion) {
     for sockets in [16, 64] {
         let t = topologies::sockets(sockets, 16);
         let n = t.len();
-        let infos: Vec<NodeInfo> = (0..n)
-            .map(|i| NodeInfo {
-                has_cpus: t.has_cpus[i],
-                has_memory: t.has_memory[i],
-                ..NodeInfo::default()
-            })
-            .collect();
+        let infos = node_infos(&t.has_cpus, &t.has_memory);
         let topo = Topology::new(&t.distances, &infos).expect("valid topology");
-        let states = NodeStates {
-            memory: topo.memory_nodes(),
-            cpus: topo.cpu_nodes(),
-        };
+        let states = node_states(&topo);
         let opts = FallbackOptions::default();
         // The machine's storage, allocated once as a booted machine holds it.
-        let (mut ids, mut lens) = (vec![NodeId::default(); n * n], vec![0u16; n]);
-        let (mut load, mut keys) = (vec![0u32; n], vec![0u64; n]);
-        let mut scratch = Scratch {
-            load: &mut load,
-            keys: &mut keys,
-        };
-        let mut table = FallbackTable::new(n, &mut ids, &mut lens).expect("storage");
+        let mut storage = FallbackStorage::new(n);
+        let FallbackParts {
+            mut table,
+            mut scratch,
+        } = storage.parts();
 
         // Both sides do the same work: check once that they agree.
         build_fallback(&topo, &states, opts, &mut scratch, &mut table);

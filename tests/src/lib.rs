@@ -141,30 +141,9 @@ pub mod oracle {
 pub mod topologies {
     //! Topologies for the oracle comparisons: a seeded random one and a realistic large one.
 
+    use numaframe_testkit_base::Rng;
+
     use crate::oracle::Tables;
-
-    /// SplitMix64: a tiny seeded generator, so a large topology is the same in every run.
-    #[derive(Clone, Debug)]
-    pub struct SplitMix64(pub u64);
-
-    impl SplitMix64 {
-        /// The next 64 random bits.
-        pub fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        /// A value in `0..n`.
-        pub fn below(&mut self, n: usize) -> usize {
-            (self.next_u64() % n as u64) as usize
-        }
-        /// `true` with probability `percent / 100`.
-        pub fn chance(&mut self, percent: usize) -> bool {
-            self.below(100) < percent
-        }
-    }
 
     /// Off-diagonal distances few enough to make ties common: 10 (as `numa=fake` builds), and
     /// 254 and 255 (ACPI's "unreachable"), so that a penalty of one makes them tie.
@@ -173,7 +152,7 @@ pub mod topologies {
     /// `n` nodes with distances drawn from [`DISTANCES`] (a symmetric table if `symmetric`),
     /// CPUs on about 70 % and memory on about 85 % of the nodes, at least one with memory.
     pub fn random(n: usize, symmetric: bool, seed: u64) -> Tables {
-        let mut rng = SplitMix64(seed);
+        let mut rng = Rng::new(seed);
         let mut distances = vec![0u8; n * n];
         for i in 0..n {
             for j in 0..n {
@@ -182,14 +161,14 @@ pub mod topologies {
                 } else if symmetric && j < i {
                     distances[j * n + i]
                 } else {
-                    DISTANCES[rng.below(DISTANCES.len())]
+                    DISTANCES[rng.index(DISTANCES.len())]
                 };
             }
         }
         let has_cpus = (0..n).map(|_| rng.chance(70)).collect();
         let mut has_memory: Vec<bool> = (0..n).map(|_| rng.chance(85)).collect();
         if !has_memory.contains(&true) {
-            has_memory[rng.below(n)] = true;
+            has_memory[rng.index(n)] = true;
         }
         Tables {
             distances,

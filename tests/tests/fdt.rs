@@ -10,8 +10,9 @@ mod qemu_support;
 
 use numaframe::fdt::{FdtError, FdtTopology, for_each_reservation, parse, string_property};
 use numaframe::{MemoryRange, NodeId, NodeInfo, PhysRange, Topology};
+use numaframe_testkit::TempDir;
 use proptest::prelude::*;
-use qemu_support::{Layout, NodeDesc, run_qemu, scratch};
+use qemu_support::{Layout, NodeDesc, run_qemu};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -20,9 +21,9 @@ const RAM_BASE: u64 = 0x4000_0000;
 
 /// The tree QEMU builds for `layout` (plus `-append bootargs`).
 fn dump(layout: Option<&Layout>, bootargs: &str, name: &str) -> Vec<u8> {
-    let dir = scratch(name);
-    let dtb = dir.join("virt.dtb");
-    let kernel = dir.join("empty");
+    let dir = TempDir::new(name);
+    let dtb = dir.path().join("virt.dtb");
+    let kernel = dir.path().join("empty");
     std::fs::write(&kernel, [0u8; 16]).expect("write a dummy kernel");
     let mut args = match layout {
         Some(l) => l.qemu_args(),
@@ -57,9 +58,7 @@ fn dump(layout: Option<&Layout>, bootargs: &str, name: &str) -> Vec<u8> {
     );
     let run = run_qemu(&args, Duration::from_secs(30));
     assert!(run.status.success(), "qemu dumpdtb failed: {}", run.stderr);
-    let bytes = std::fs::read(&dtb).expect("QEMU wrote the tree");
-    let _ = std::fs::remove_dir_all(dir);
-    bytes
+    std::fs::read(&dtb).expect("QEMU wrote the tree")
 }
 
 struct Out {

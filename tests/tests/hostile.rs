@@ -13,11 +13,12 @@ use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BootError, BootOptions, BulkFreeError, FreeError, MAX_NODES, MAX_ORDER,
     MAX_SPANS_PER_ZONE, Machine, MemoryRange, NodeId, NodeInfo, NodeMask, Order, PAGE_SIZE,
-    PcpConfig, Pfn, PhysAddr, PhysRange, PolicyError, Topology, TopologyError, ZoneKind,
+    PcpConfig, Pfn, PhysAddr, PhysRange, PolicyError, Topology, TopologyError,
 };
 use numaframe_hosted::readers::{parse_numactl, parse_toml};
 use numaframe_hosted::sim::{Sim, SimMemory};
 use numaframe_hosted::spec::{MachineSpec, NodeSpec};
+use numaframe_testkit::{Snap, Spec, memory_range, node_info};
 
 /// 4 GiB in frames: where `Dma32` ends.
 const G4: u64 = 1 << 20;
@@ -30,75 +31,49 @@ fn range(start: u64, end: u64) -> PhysRange {
     PhysRange::new(Pfn::new(start), Pfn::new(end)).unwrap()
 }
 
-fn cpu_node() -> NodeInfo {
-    NodeInfo {
-        has_cpus: true,
-        has_memory: true,
-        ..NodeInfo::default()
-    }
+/// The standard machine's tables: the kit's two CPU nodes and a hot-add target (node 2, CPU-less
+/// and memoryless, initiator 0; CPUs 0, 1, 2 on nodes 0, 1, 0). Node 0 straddles 4 GiB (a
+/// `Dma32` and a `Normal` zone), node 1 lies at 8 GiB with room for a few 2 MiB pages.
+fn standard() -> Spec {
+    Spec::with_hot_add_target(vec![
+        memory_range(0, G4 - 2048, G4 + 2048),
+        memory_range(1, 2 * G4, 2 * G4 + 8 * 512 + 600),
+    ])
 }
 
-/// A machine description that owns its tables, over simulated memory.
+/// Machine tables over simulated memory.
 struct World {
-    distances: Vec<u8>,
-    infos: Vec<NodeInfo>,
-    ranges: Vec<MemoryRange>,
-    cpus: Vec<NodeId>,
+    spec: Spec,
     mem: SimMemory,
 }
 
 impl World {
-    /// Node 0 straddles 4 GiB (a `Dma32` and a `Normal` zone), node 1 lies at 8 GiB with room
-    /// for a few 2 MiB pages, node 2 is CPU-less and memoryless (initiator 0), the target of
-    /// hot-adds. CPUs 0, 1, 2 sit on nodes 0, 1, 0. Physical memory below 64 GiB is backed, so
-    /// hot-adds there can map their metadata.
-    fn standard() -> World {
+    /// `spec` over simulated memory below 64 GiB, so that hot-adds there can map their metadata.
+    fn new(spec: Spec) -> World {
         World {
-            distances: vec![10, 20, 14, 20, 10, 24, 14, 24, 10],
-            infos: vec![
-                cpu_node(),
-                cpu_node(),
-                NodeInfo {
-                    initiator: Some(n(0)),
-                    ..NodeInfo::default()
-                },
-            ],
-            ranges: vec![
-                MemoryRange {
-                    node: n(0),
-                    range: range(G4 - 2048, G4 + 2048),
-                },
-                MemoryRange {
-                    node: n(1),
-                    range: range(2 * G4, 2 * G4 + 8 * 512 + 600),
-                },
-            ],
-            cpus: vec![n(0), n(1), n(0)],
+            spec,
             mem: SimMemory::new(&[(0, 64 << 30)]).unwrap(),
         }
     }
 
-    fn topology(&self) -> Topology<'_> {
-        Topology::new(&self.distances, &self.infos).unwrap()
+    /// The [`standard`] tables over 64 GiB.
+    fn standard() -> World {
+        World::new(standard())
     }
 
     fn boot(&self) -> Machine<'_> {
-        self.boot_with(BootOptions {
-            cpus: &self.cpus,
-            min_free_kbytes: Some(0),
-            ..BootOptions::default()
-        })
+        self.boot_with(self.spec.options())
     }
 
     fn boot_with(&self, opts: BootOptions<'_>) -> Machine<'_> {
-        let m = Machine::boot(self.topology(), &self.mem, &self.ranges, opts).unwrap();
+        let m = self.spec.boot_with(&self.mem, opts);
         m.check_invariants().unwrap();
         m
     }
 
     fn try_boot(&self, ranges: &[MemoryRange]) -> Result<Machine<'_>, BootError> {
         Machine::boot(
-            self.topology(),
+            self.spec.topology(),
             &self.mem,
             ranges,
             BootOptions {
@@ -116,51 +91,11 @@ fn boot_error(ranges: &[MemoryRange]) -> Option<BootError> {
     World::standard().try_boot(ranges).err()
 }
 
-/// Everything a refused call must leave as it was.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Snap {
-    /// Per node and zone: free pages, managed pages, buddyinfo.
-    zones: Vec<(u64, u64, Vec<u64>)>,
-    /// Per node and size: pool (total, free).
-    pools: Vec<numaframe::HugeCounts>,
-    cached: u64,
-    memory_nodes: NodeMask,
-    fallback: Vec<Vec<NodeId>>,
-}
-
-fn snap(m: &Machine<'_>) -> Snap {
-    let mut zones = Vec::new();
-    let mut pools = Vec::new();
-    let mut fallback = Vec::new();
-    for node in m.nodes() {
-        for kind in ZoneKind::ALL {
-            let z = node.zone(kind);
-            let c = z.counters();
-            let (free, managed) = (c.free, c.managed);
-            zones.push((free, managed, z.buddyinfo().to_vec()));
-        }
-        for size in HugeSize::ALL {
-            pools.push(m.huge_counts(node.id(), size));
-        }
-        let mut row = vec![n(0); m.nodes().len()];
-        let k = m.fallback_order(node.id(), &mut row);
-        row.truncate(k);
-        fallback.push(row);
-    }
-    Snap {
-        zones,
-        pools,
-        cached: m.cached_pages(),
-        memory_nodes: m.memory_nodes(),
-        fallback,
-    }
-}
-
 /// Runs `f`, which must be refused, and checks that it changed nothing.
 fn unchanged<R>(m: &Machine<'_>, f: impl FnOnce() -> R) -> R {
-    let before = snap(m);
+    let before = Snap::of(m);
     let r = f();
-    assert_eq!(snap(m), before, "a refused call changed the machine");
+    assert_eq!(Snap::of(m), before, "a refused call changed the machine");
     m.check_invariants().unwrap();
     r
 }
@@ -321,19 +256,13 @@ fn foreign_frames_are_refused() {
     let w = World::standard();
     let m = w.boot();
     // A frame of another machine, at an address this one does not have.
-    let other = World {
+    let other = World::new(Spec {
         ranges: vec![
-            MemoryRange {
-                node: n(0),
-                range: range(5 * G4, 5 * G4 + 4096),
-            },
-            MemoryRange {
-                node: n(1),
-                range: range(6 * G4, 6 * G4 + 4096),
-            },
+            memory_range(0, 5 * G4, 5 * G4 + 4096),
+            memory_range(1, 6 * G4, 6 * G4 + 4096),
         ],
-        ..World::standard()
-    };
+        ..standard()
+    });
     let m2 = other.boot();
     let theirs = m2.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
     assert_eq!(
@@ -341,7 +270,7 @@ fn foreign_frames_are_refused() {
         FreeError::Foreign { pfn: theirs }
     );
     // The metadata at the end of each range, and the boot tables, are not frames to free.
-    for r in &w.ranges {
+    for r in &w.spec.ranges {
         let last = Pfn::new(r.range.end().get() - 1);
         assert_eq!(m.node_of(last), None, "{last:?} is the allocator's own");
         assert_eq!(
@@ -473,10 +402,10 @@ fn unknown_cpus_are_refused() {
     assert_eq!(m.cpu(3), None);
     assert_eq!(m.cpu(usize::MAX), None);
     // A CPU id of a machine with more CPUs.
-    let big = World {
+    let big = World::new(Spec {
         cpus: vec![n(0); 8],
-        ..World::standard()
-    };
+        ..standard()
+    });
     let donor = big.boot();
     let stranger = donor.cpu(7).unwrap();
     let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
@@ -661,12 +590,12 @@ fn unknown_nodes_are_refused() {
         ..BootOptions::default()
     };
     assert_eq!(
-        Machine::boot(w.topology(), &w.mem, &w.ranges, opts).unwrap_err(),
+        Machine::boot(w.spec.topology(), &w.mem, &w.spec.ranges, opts).unwrap_err(),
         BootError::UnknownNode { node: ghost }
     );
     let stray = [
-        w.ranges[0],
-        w.ranges[1],
+        w.spec.ranges[0],
+        w.spec.ranges[1],
         MemoryRange {
             node: ghost,
             range: range(3 * G4, 3 * G4 + 4096),
@@ -685,33 +614,12 @@ fn socket_aware_policy_on_a_smaller_machine_does_not_panic() {
     // TaskPolicy::new checks the mask against the machine it is given; the allocation calls
     // take any machine. The nodes that machine lacks are never used, and the socket-aware
     // package lookup must not index its topology with them.
-    let big = World {
-        distances: vec![10, 20, 20, 20, 10, 20, 20, 20, 10],
-        infos: vec![cpu_node(), cpu_node(), cpu_node()],
-        ranges: vec![
-            MemoryRange {
-                node: n(0),
-                range: range(0, 4096),
-            },
-            MemoryRange {
-                node: n(1),
-                range: range(4096, 8192),
-            },
-            MemoryRange {
-                node: n(2),
-                range: range(8192, 12288),
-            },
-        ],
-        ..World::standard()
-    };
+    let big = World::new(Spec {
+        cpus: standard().cpus,
+        ..Spec::uniform(3, 4096, 0)
+    });
     let small = World {
-        distances: vec![10],
-        infos: vec![cpu_node()],
-        ranges: vec![MemoryRange {
-            node: n(0),
-            range: range(0, 4096),
-        }],
-        cpus: vec![n(0)],
+        spec: Spec::uniform(1, 4096, 0).with_cpus(&[0]),
         mem: SimMemory::new(&[(0, 64 << 20)]).unwrap(),
     };
     let mb = big.boot();
@@ -744,7 +652,7 @@ fn socket_aware_policy_on_a_smaller_machine_does_not_panic() {
 #[test]
 fn topology_of_1024_nodes_validates_and_1025_is_refused() {
     let nodes = MAX_NODES;
-    let infos = vec![cpu_node(); nodes];
+    let infos = vec![node_info(true, true); nodes];
     let distances: Vec<u8> = (0..nodes * nodes)
         .map(|i| {
             if i / nodes == i % nodes {
@@ -758,7 +666,7 @@ fn topology_of_1024_nodes_validates_and_1025_is_refused() {
     assert_eq!(t.len(), MAX_NODES);
     assert_eq!(t.distance(n(1023), n(1023)), 10);
     assert_eq!(t.cpu_nodes().count(), MAX_NODES);
-    let too_many = vec![cpu_node(); nodes + 1];
+    let too_many = vec![node_info(true, true); nodes + 1];
     let d = vec![10u8; (nodes + 1) * (nodes + 1)];
     assert_eq!(
         Topology::new(&d, &too_many).unwrap_err(),
@@ -923,7 +831,7 @@ fn machines_without_memory_do_not_boot() {
 
 #[test]
 fn bad_topology_tables_are_refused() {
-    let two = [cpu_node(), cpu_node()];
+    let two = [node_info(true, true), node_info(true, true)];
     assert_eq!(Topology::new(&[], &[]).unwrap_err(), TopologyError::NoNodes);
     assert_eq!(
         Topology::new(&[10], &[]).unwrap_err(),
@@ -976,7 +884,7 @@ fn bad_topology_tables_are_refused() {
     for (infos, want) in [
         (
             [
-                cpu_node(),
+                node_info(true, true),
                 NodeInfo {
                     initiator: Some(n(5)),
                     ..cpuless
@@ -1017,9 +925,9 @@ fn bad_topology_tables_are_refused() {
             [
                 NodeInfo {
                     initiator: Some(n(1)),
-                    ..cpu_node()
+                    ..node_info(true, true)
                 },
-                cpu_node(),
+                node_info(true, true),
             ],
             TopologyError::InitiatorOnCpuNode { node: n(0) },
         ),
@@ -1031,7 +939,7 @@ fn bad_topology_tables_are_refused() {
 #[test]
 fn bad_memory_ranges_are_refused_at_boot() {
     let w = World::standard();
-    let [r0, r1] = [w.ranges[0], w.ranges[1]];
+    let [r0, r1] = [w.spec.ranges[0], w.spec.ranges[1]];
     let on = |node, start, end| MemoryRange {
         node: n(node),
         range: range(start, end),
@@ -1110,8 +1018,8 @@ fn boot_accepts_ranges_in_any_order() {
         node: n(1),
         range: range(2 * G4 + (1 << 18), 2 * G4 + (1 << 18) + 4096),
     };
-    assert_eq!(boot_error(&[w.ranges[0], lower, upper]), None);
-    assert_eq!(boot_error(&[w.ranges[0], upper, lower]), None);
+    assert_eq!(boot_error(&[w.spec.ranges[0], lower, upper]), None);
+    assert_eq!(boot_error(&[w.spec.ranges[0], upper, lower]), None);
 }
 
 #[test]
@@ -1119,7 +1027,7 @@ fn bad_hot_adds_are_refused_and_change_nothing() {
     let w = World::standard();
     let m = w.boot();
     let opts = FallbackOptions::default();
-    let [r0, r1] = [w.ranges[0].range, w.ranges[1].range];
+    let [r0, r1] = [w.spec.ranges[0].range, w.spec.ranges[1].range];
     for (node, bad, want) in [
         (
             n(2),
@@ -1201,19 +1109,10 @@ fn hot_add_refuses_memory_the_machine_already_has() {
     // it was given: the metadata carved from the end of each range (and the machine-wide
     // tables) can be hot-added again. Their frames are then handed out, and a guest writing
     // them corrupts the allocator (`check_invariants` then fails with `BadFreeTag`).
-    let w = World {
-        ranges: vec![
-            MemoryRange {
-                node: n(0),
-                range: range(0, 4096),
-            },
-            MemoryRange {
-                node: n(1),
-                range: range(G4, G4 + 4096),
-            },
-        ],
-        ..World::standard()
-    };
+    let w = World::new(Spec {
+        ranges: vec![memory_range(0, 0, 4096), memory_range(1, G4, G4 + 4096)],
+        ..standard()
+    });
     let m = w.boot();
     // Node 0's own frames end before 4093; 4093..4096 hold its metadata and the tables.
     assert_eq!(m.node_of(Pfn::new(4093)), None);
@@ -1235,18 +1134,11 @@ fn hot_add_is_atomic_when_the_platform_cannot_map_the_second_piece() {
     // metadata at its own end. Here the platform maps only below 4 GiB: the second piece
     // fails with MapFailed after the first was added (and without a zonelist rebuild).
     let w = World {
+        spec: Spec {
+            ranges: vec![memory_range(0, 0, 4096), memory_range(1, 8192, 16384)],
+            ..standard()
+        },
         mem: SimMemory::new(&[(0, 4 << 30)]).unwrap(),
-        ranges: vec![
-            MemoryRange {
-                node: n(0),
-                range: range(0, 4096),
-            },
-            MemoryRange {
-                node: n(1),
-                range: range(8192, 16384),
-            },
-        ],
-        ..World::standard()
     };
     let m = w.boot();
     let straddle = range(G4 - 4096, G4 + 4096);
@@ -1260,9 +1152,9 @@ fn hot_add_is_atomic_when_the_platform_cannot_map_the_second_piece() {
 fn huge_hotplug_slot_counts_are_a_typed_error() {
     let w = World::standard();
     let r = Machine::boot(
-        w.topology(),
+        w.spec.topology(),
         &w.mem,
-        &w.ranges,
+        &w.spec.ranges,
         BootOptions {
             hotplug_slots: usize::MAX,
             ..BootOptions::default()
@@ -1285,9 +1177,9 @@ fn hotplug_slot_counts_near_usize_max_are_a_typed_error() {
         1 << 40,
     ] {
         let r = Machine::boot(
-            w.topology(),
+            w.spec.topology(),
             &w.mem,
-            &w.ranges,
+            &w.spec.ranges,
             BootOptions {
                 hotplug_slots: slots,
                 ..BootOptions::default()
@@ -1318,7 +1210,12 @@ fn misaligned_platform_memory_is_refused() {
     }
     let w = World::standard();
     let mem = Misaligned;
-    let r = Machine::boot(w.topology(), &mem, &w.ranges, BootOptions::default());
+    let r = Machine::boot(
+        w.spec.topology(),
+        &mem,
+        &w.spec.ranges,
+        BootOptions::default(),
+    );
     assert!(
         matches!(r, Err(BootError::MapFailed { .. })),
         "boot over misaligned memory: {:?}",
@@ -1331,7 +1228,7 @@ fn extreme_tuning_is_clamped_or_refused() {
     let w = World::standard();
     // Watermarks above all memory: only reserve allocations succeed.
     let m = w.boot_with(BootOptions {
-        cpus: &w.cpus,
+        cpus: &w.spec.cpus,
         min_free_kbytes: Some(u64::MAX),
         pcp: PcpConfig {
             batch: u32::MAX,
@@ -1370,7 +1267,7 @@ fn extreme_tuning_is_clamped_or_refused() {
     assert_eq!(m.release_huge(n(1), HugeSize::Size2M, u64::MAX), got);
     // Empty slices.
     m.drain_all();
-    let before = snap(&m);
+    let before = Snap::of(&m);
     assert_eq!(m.alloc_bulk(n(0), AllocFlags::empty(), &mut []), 0);
     m.free_bulk(&[]).unwrap();
     let mut task =
@@ -1381,7 +1278,7 @@ fn extreme_tuning_is_clamped_or_refused() {
         0
     );
     m.drain_all();
-    assert_eq!(snap(&m), before);
+    assert_eq!(Snap::of(&m), before);
     // Interleave cursors from anywhere, bulks of any size.
     let mask = NodeMask::first_n(2);
     let weights = Weights::new(&[255, 1]).unwrap();
@@ -1529,21 +1426,15 @@ fn hugepage_reservation_of_any_size_never_over_reserves() {
         assert!(plan.report(&m).to_string().ends_with('\n'));
     }
     // A plan made for a bigger machine, run on this one: the nodes it lacks get nothing.
-    let big = World {
+    let big = World::new(Spec {
         cpus: vec![],
-        ..World::standard()
-    };
+        ..standard()
+    });
     let mb = big.boot();
     let cfg = cmdline::parse("hugepages=0:2,1:2,2:2").unwrap();
     let mut plan = ReservationPlan::new(&cfg, &mb).unwrap();
     let small = World {
-        distances: vec![10],
-        infos: vec![cpu_node()],
-        ranges: vec![MemoryRange {
-            node: n(0),
-            range: range(0, 4096),
-        }],
-        cpus: vec![],
+        spec: Spec::uniform(1, 4096, 0),
         mem: SimMemory::new(&[(0, 64 << 20)]).unwrap(),
     };
     let ms = small.boot();

@@ -9,11 +9,9 @@ use std::thread;
 use std::time::Duration;
 
 use numaframe::zonelist::FallbackOptions;
-use numaframe::{
-    AllocFlags, BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Order, Pfn, PhysMemory,
-    PhysRange, Topology,
-};
+use numaframe::{AllocFlags, BootOptions, Machine, NodeId, Order, Pfn, PhysMemory, PhysRange};
 use numaframe_hosted::sim::SimMemory;
+use numaframe_testkit::Spec;
 
 /// Far beyond any hot-add's cost: a hot-add that takes this long is stuck, not slow.
 const STUCK: Duration = Duration::from_secs(20);
@@ -28,44 +26,22 @@ fn range(start: u64, frames: u64) -> PhysRange {
     PhysRange::new(Pfn::new(start), Pfn::new(start + frames)).unwrap()
 }
 
-/// Two nodes of 1 GiB with CPUs, watermarks off, room for many hot-adds.
-struct Tables {
-    distances: Vec<u8>,
-    infos: Vec<NodeInfo>,
-    ranges: Vec<MemoryRange>,
-    cpus: Vec<NodeId>,
+/// Two nodes of 1 GiB with CPUs 0-3 on nodes 0, 1, 0, 1, leaked for the threads.
+fn spec() -> &'static Spec {
+    Box::leak(Box::new(
+        Spec::uniform(2, NODE_FRAMES, 0).with_cpus(&[0, 1, 0, 1]),
+    ))
 }
 
-impl Tables {
-    fn new() -> &'static Tables {
-        let info = NodeInfo {
-            has_cpus: true,
-            has_memory: true,
-            ..NodeInfo::default()
-        };
-        Box::leak(Box::new(Tables {
-            distances: vec![10, 20, 20, 10],
-            infos: vec![info, info],
-            ranges: (0..2)
-                .map(|i| MemoryRange {
-                    node: n(i),
-                    range: range(i as u64 * NODE_FRAMES, NODE_FRAMES),
-                })
-                .collect(),
-            cpus: vec![n(0), n(1), n(0), n(1)],
-        }))
-    }
-
-    fn boot<M: PhysMemory>(&'static self, mem: &'static M) -> Machine<'static> {
-        let topo = Topology::new(&self.distances, &self.infos).unwrap();
-        let opts = BootOptions {
-            cpus: &self.cpus,
-            min_free_kbytes: Some(0),
+/// Boots `spec` with watermarks off and room for many hot-adds.
+fn boot<M: PhysMemory>(spec: &'static Spec, mem: &'static M) -> Machine<'static> {
+    spec.boot_with(
+        mem,
+        BootOptions {
             hotplug_slots: 64,
-            ..BootOptions::default()
-        };
-        Machine::boot(topo, mem, &self.ranges, opts).unwrap()
-    }
+            ..spec.options()
+        },
+    )
 }
 
 /// Runs `f` on a thread of its own and waits at most [`STUCK`] for it.
@@ -99,12 +75,12 @@ unsafe impl PhysMemory for AllocatingMap {
 
 #[test]
 fn hot_add_through_a_platform_that_allocates_in_map() {
-    let tables = Tables::new();
+    let spec = spec();
     let mem: &'static AllocatingMap = Box::leak(Box::new(AllocatingMap {
         mem: SimMemory::new(&[(0, 16 << 30)]).unwrap(),
         machine: OnceLock::new(),
     }));
-    let m: &'static Machine<'static> = Box::leak(Box::new(tables.boot(mem)));
+    let m: &'static Machine<'static> = Box::leak(Box::new(boot(spec, mem)));
     mem.machine.set(m).ok().unwrap();
     within_stuck("hot_add whose map allocates", move || {
         m.hot_add(
@@ -120,9 +96,9 @@ fn hot_add_through_a_platform_that_allocates_in_map() {
 
 #[test]
 fn hot_add_finishes_while_threads_allocate() {
-    let tables = Tables::new();
+    let spec = spec();
     let mem: &'static SimMemory = Box::leak(Box::new(SimMemory::new(&[(0, 64 << 30)]).unwrap()));
-    let m: &'static Machine<'static> = Box::leak(Box::new(tables.boot(mem)));
+    let m: &'static Machine<'static> = Box::leak(Box::new(boot(spec, mem)));
     let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     // More allocating threads than the machine has cores, through both APIs.
     let workers: Vec<_> = (0..4)

@@ -3,11 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use numaframe::{
-    AllocFlags, BootOptions, FreeError, Machine, MemoryRange, NodeId, NodeInfo, Order, Pfn,
-    PhysAddr, PhysRange, Topology,
-};
+use numaframe::{AllocFlags, FreeError, Machine, NodeId, Order, PAGE_SIZE, Pfn};
 use numaframe_hosted::sim::SimMemory;
+use numaframe_testkit::Spec;
 use proptest::prelude::*;
 
 const NODES: usize = 2;
@@ -34,52 +32,23 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The machine's tables over simulated memory of exactly its ranges.
 struct World {
-    distances: Vec<u8>,
-    infos: Vec<NodeInfo>,
-    ranges: Vec<MemoryRange>,
+    spec: Spec,
     mem: SimMemory,
 }
 
 fn world() -> World {
-    let mut ranges = Vec::new();
-    let mut arenas = Vec::new();
-    let mut base = BASE;
-    for (i, bytes) in NODE_BYTES.iter().enumerate() {
-        ranges.push(MemoryRange {
-            node: NodeId::new(i),
-            range: PhysRange::from_bytes(PhysAddr::new(base), *bytes).unwrap(),
-        });
-        arenas.push((base, *bytes));
-        base += bytes;
-    }
+    let spec = Spec::back_to_back(&NODE_BYTES.map(|b| b / PAGE_SIZE), BASE / PAGE_SIZE);
+    let arenas: Vec<(u64, u64)> = spec
+        .ranges
+        .iter()
+        .map(|r| (r.range.start().addr().get(), r.range.bytes()))
+        .collect();
     World {
-        distances: vec![10, 20, 20, 10],
-        infos: vec![
-            NodeInfo {
-                has_cpus: true,
-                has_memory: true,
-                ..NodeInfo::default()
-            };
-            NODES
-        ],
-        ranges,
         mem: SimMemory::new(&arenas).unwrap(),
+        spec,
     }
-}
-
-fn boot(w: &World) -> Machine<'_> {
-    let topo = Topology::new(&w.distances, &w.infos).unwrap();
-    Machine::boot(
-        topo,
-        &w.mem,
-        &w.ranges,
-        BootOptions {
-            min_free_kbytes: Some(0),
-            ..BootOptions::default()
-        },
-    )
-    .unwrap()
 }
 
 fn free_pages(m: &Machine<'_>) -> u64 {
@@ -114,7 +83,7 @@ proptest! {
     #[test]
     fn random_operations_match_the_reference(ops in proptest::collection::vec(op(), 1..120)) {
         let w = world();
-        let m = boot(&w);
+        let m = w.spec.boot(&w.mem);
         let total = free_pages(&m);
         let mut live: BTreeMap<u64, u8> = BTreeMap::new();
         for op in ops {

@@ -12,6 +12,7 @@ use numaframe::{
 use numaframe_hosted::presets::preset;
 use numaframe_hosted::sim::Sim;
 use numaframe_hosted::spec::{MachineSpec, NodeSpec};
+use numaframe_testkit::uniform_distances;
 use proptest::prelude::*;
 
 const MIB: u64 = 1 << 20;
@@ -41,12 +42,7 @@ fn spec(mib: &[u64], distances: Vec<u8>) -> MachineSpec {
 
 /// `k` nodes of `mib` MiB, 10 local and 20 remote.
 fn flat(k: usize, mib: u64) -> MachineSpec {
-    spec(
-        &vec![mib; k],
-        (0..k * k)
-            .map(|i| if i / k == i % k { 10 } else { 20 })
-            .collect(),
-    )
+    spec(&vec![mib; k], uniform_distances(k))
 }
 
 /// Three nodes where node 1's zonelist is 1, 2, 0 and node 0's is 0, 1, 2.

@@ -31,8 +31,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use numaframe_testkit::TempDir;
 use numaframe_tests::oracle::{Tables, build_all_zonelists};
-use qemu_support::{Arch, Layout, run_arch, run_arch_in, scratch, workspace};
+use qemu_support::{Arch, Layout, run_arch, run_arch_in, workspace};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const OK: &str = "numaframe-unikernel: ok:";
@@ -149,9 +150,8 @@ fn fallback_lines(text: &str) -> Vec<&str> {
 
 /// What `numaframe zonelists --topology FILE [--linux-boot-order]` prints for `layout`.
 fn cli_zonelists(layout: &Layout, linux_boot_order: bool, name: &str) -> String {
-    let dir = scratch(name);
-    let path = dir.join("layout.toml");
-    std::fs::write(&path, layout.toml()).expect("write the layout");
+    let dir = TempDir::new(name);
+    let path = dir.put("layout.toml", &layout.toml());
     let mut args: Vec<OsString> = ["zonelists", "--topology"].map(OsString::from).to_vec();
     args.push(path.into_os_string());
     if linux_boot_order {
@@ -159,7 +159,6 @@ fn cli_zonelists(layout: &Layout, linux_boot_order: bool, name: &str) -> String 
     }
     let mut out = Vec::new();
     numaframe_hosted::cli::run(&args, &mut out).expect("numaframe zonelists runs");
-    let _ = std::fs::remove_dir_all(dir);
     String::from_utf8(out).expect("UTF-8")
 }
 
@@ -314,21 +313,20 @@ fn a_bad_bootarg_is_reported_and_qemu_still_exits() {
 #[test]
 fn the_defmt_build_logs_boot_events_that_decode() {
     let elf = build(Arch::Aarch64, "unikernel-defmt", &["defmt"]);
-    let dir = scratch("defmt");
-    let _ = std::fs::remove_file(dir.join("defmt.bin"));
+    let dir = TempDir::new("defmt");
     let layout = Layout::amd_4node();
     let mut args = elf_args(Arch::Aarch64, &elf, &layout, "hugepages=4");
     args.extend(["-semihosting-config", "enable=on,target=native"].map(String::from));
     // Semihosting opens `defmt.bin` relative to QEMU's working directory.
-    let run = run_arch_in(Arch::Aarch64, &args, TIMEOUT, &dir);
+    let run = run_arch_in(Arch::Aarch64, &args, TIMEOUT, dir.path());
     assert!(
         run.status.success() && run.stdout.contains(OK),
         "{}",
         run.stdout
     );
 
-    let frames = std::fs::read(dir.join("defmt.bin")).expect("the unikernel wrote defmt.bin");
-    let _ = std::fs::remove_dir_all(&dir);
+    let frames =
+        std::fs::read(dir.path().join("defmt.bin")).expect("the unikernel wrote defmt.bin");
     let table = defmt_decoder::Table::parse(&std::fs::read(&elf).expect("read the ELF"))
         .expect("a defmt table")
         .expect("the ELF has defmt data");

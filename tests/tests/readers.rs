@@ -4,8 +4,7 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 
 use numaframe::NodeId;
 use numaframe::zonelist::FallbackOptions;
@@ -14,35 +13,7 @@ use numaframe_hosted::readers::{
     DEFAULT_SYSFS_DIR, parse_numactl, parse_toml, read_numactl_file, read_sysfs, read_toml_file,
 };
 use numaframe_hosted::spec::{MachineSpec, SpecErrorKind, parse_cpulist, parse_size};
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "numaframe-readers-{}-{tag}-{n}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-    fn put(&self, rel: &str, text: &str) -> PathBuf {
-        let p = self.0.join(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(&p, text).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+use numaframe_testkit::{Rng, TempDir};
 
 fn presets() -> Vec<MachineSpec> {
     PRESETS
@@ -319,7 +290,7 @@ fn files_round_trip_and_errors_name_the_file() {
         "{e}"
     );
 
-    let missing = dir.0.join("missing.toml");
+    let missing = dir.path().join("missing.toml");
     assert!(matches!(
         read_toml_file(&missing).unwrap_err().kind(),
         SpecErrorKind::Io(_)
@@ -333,7 +304,7 @@ fn files_round_trip_and_errors_name_the_file() {
             .contains("not UTF-8")
     );
     assert!(
-        read_numactl_file(&dir.0).is_err(),
+        read_numactl_file(dir.path()).is_err(),
         "a directory is not a file"
     );
 }
@@ -368,51 +339,36 @@ fn malformed_files_give_one_line_errors() {
     }
 }
 
-/// A small deterministic generator (xorshift), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// A mutated copy of `text`: truncated, a span deleted or duplicated, bytes replaced by
 /// characters that matter to the formats, or two lines swapped.
 fn mutate(text: &str, rng: &mut Rng) -> String {
     const ALPHABET: &[u8] = b"0123456789-,:=[]{}\"'#\n\r\t .xGMKTB-_node";
     let mut b = text.as_bytes().to_vec();
-    for _ in 0..=rng.below(3) {
+    for _ in 0..=rng.index(3) {
         let len = b.len().max(1);
-        match rng.below(6) {
-            0 => b.truncate(rng.below(len)),
+        match rng.index(6) {
+            0 => b.truncate(rng.index(len)),
             1 => {
-                let at = rng.below(len);
-                let end = (at + rng.below(16)).min(b.len());
+                let at = rng.index(len);
+                let end = (at + rng.index(16)).min(b.len());
                 b.drain(at.min(b.len())..end);
             }
             2 => {
-                let at = rng.below(len).min(b.len());
-                let end = (at + rng.below(32)).min(b.len());
+                let at = rng.index(len).min(b.len());
+                let end = (at + rng.index(32)).min(b.len());
                 let copy = b[at..end].to_vec();
                 b.splice(at..at, copy);
             }
             3 | 4 => {
                 if !b.is_empty() {
-                    let at = rng.below(b.len());
-                    b[at] = ALPHABET[rng.below(ALPHABET.len())];
+                    let at = rng.index(b.len());
+                    b[at] = ALPHABET[rng.index(ALPHABET.len())];
                 }
             }
             _ => {
                 let mut lines: Vec<&[u8]> = b.split(|&c| c == b'\n').collect();
                 if lines.len() > 1 {
-                    let (i, j) = (rng.below(lines.len()), rng.below(lines.len()));
+                    let (i, j) = (rng.index(lines.len()), rng.index(lines.len()));
                     lines.swap(i, j);
                 }
                 b = lines.join(&b'\n');
@@ -424,7 +380,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
 
 #[test]
 fn mutated_inputs_never_panic() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let mut accepted = 0;
     for s in presets().iter().filter(|s| s.len() <= 8) {
         let (toml, numactl) = (to_toml(s), to_numactl(s));
@@ -471,7 +427,7 @@ fn fake_sysfs_round_trip() {
     for s in presets() {
         let dir = TempDir::new(s.name());
         to_sysfs(&s, &dir);
-        let back = read_sysfs(&dir.0).unwrap_or_else(|e| panic!("{}: {e}", s.name()));
+        let back = read_sysfs(dir.path()).unwrap_or_else(|e| panic!("{}: {e}", s.name()));
         assert_eq!(shape(&back), shape(&s), "{}", s.name());
         let sockets = |m: &MachineSpec| {
             m.nodes()
@@ -495,13 +451,13 @@ fn fake_sysfs_errors() {
     let dir = TempDir::new("errors");
     to_sysfs(&s, &dir);
     dir.put("node1/distance", "12 10 32\n");
-    let e = read_sysfs(&dir.0).unwrap_err().to_string();
+    let e = read_sysfs(dir.path()).unwrap_err().to_string();
     assert!(e.contains("node1/distance") && !e.contains('\n'), "{e}");
     dir.put("node1/distance", "12 10 32 32\n");
-    fs::rename(dir.0.join("node3"), dir.0.join("node9")).unwrap();
-    let e = read_sysfs(&dir.0).unwrap_err().to_string();
+    fs::rename(dir.path().join("node3"), dir.path().join("node9")).unwrap();
+    let e = read_sysfs(dir.path()).unwrap_err().to_string();
     assert!(e.contains("consecutive node ids"), "{e}");
-    assert!(read_sysfs(&dir.0.join("nope")).is_err());
+    assert!(read_sysfs(&dir.path().join("nope")).is_err());
 }
 
 #[test]

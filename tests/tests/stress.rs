@@ -13,27 +13,13 @@ use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::{AllocFlags, BootOptions, NodeId, NodeMask, Order, PcpConfig, Pfn};
 use numaframe_hosted::sim::Sim;
 use numaframe_hosted::spec::{MachineSpec, NodeSpec};
+use numaframe_testkit::Rng;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A tiny xorshift generator: reproducible per thread, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn spec() -> MachineSpec {
@@ -93,8 +79,9 @@ fn threads_account_for_every_frame() {
             s.spawn(move || {
                 let cpu = m.cpu(t).unwrap();
                 let node = m.cpu_node(cpu).unwrap();
-                let mut rng =
-                    Rng(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1).wrapping_mul(0xff51_afd7_ed55_8ccd));
+                let mut rng = Rng::new(
+                    0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1).wrapping_mul(0xff51_afd7_ed55_8ccd),
+                );
                 let all = NodeMask::first_n(2);
                 let mut policy = TaskPolicy::new(m, Policy::Interleave(all), false).unwrap();
                 let mut mine: Vec<(Pfn, u8)> = Vec::new();
@@ -132,8 +119,7 @@ fn threads_account_for_every_frame() {
                             }
                         }
                         _ if !mine.is_empty() => {
-                            let (p, order) =
-                                mine.swap_remove(rng.below(mine.len() as u64) as usize);
+                            let (p, order) = mine.swap_remove(rng.index(mine.len()));
                             forget(p);
                             if rng.below(2) == 0 {
                                 m.free_cpu(cpu, p, Order::new(order)).unwrap();

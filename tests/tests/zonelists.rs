@@ -10,12 +10,13 @@
 //! - a 1024-node machine;
 //! - memory hot-add to memoryless nodes, which then join every list.
 
-use numaframe::zonelist::{FallbackOptions, FallbackTable, NodeStates, Scratch, build_fallback};
-use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeInfo, Order, PhysAddr, PhysRange};
+use numaframe::zonelist::{FallbackOptions, build_fallback};
+use numaframe::{AllocFlags, BootOptions, Machine, NodeId, Order, PhysAddr, PhysRange};
 use numaframe::{NodeMask, Topology};
 use numaframe_hosted::presets::preset;
 use numaframe_hosted::sim::{Sim, SimMemory};
 use numaframe_hosted::spec::{MachineSpec, NodeSpec};
+use numaframe_testkit::{FallbackParts, FallbackStorage, node_infos, node_states};
 use numaframe_tests::oracle::{Tables, build_all_zonelists};
 use numaframe_tests::topologies;
 use proptest::prelude::*;
@@ -29,33 +30,17 @@ const BOOT_ORDER: FallbackOptions = FallbackOptions {
     linux_boot_order: true,
 };
 
-fn infos(t: &Tables) -> Vec<NodeInfo> {
-    (0..t.len())
-        .map(|i| NodeInfo {
-            has_cpus: t.has_cpus[i],
-            has_memory: t.has_memory[i],
-            ..NodeInfo::default()
-        })
-        .collect()
-}
-
 /// Every node's order from the core's `build_fallback`, as plain ids.
 fn core_orders(t: &Tables, opts: FallbackOptions) -> Vec<Vec<usize>> {
     let n = t.len();
-    let infos = infos(t);
+    let infos = node_infos(&t.has_cpus, &t.has_memory);
     let topo = Topology::new(&t.distances, &infos).expect("valid topology");
-    let states = NodeStates {
-        memory: topo.memory_nodes(),
-        cpus: topo.cpu_nodes(),
-    };
-    let (mut ids, mut lens) = (vec![NodeId::default(); n * n], vec![0u16; n]);
-    let (mut load, mut keys) = (vec![0u32; n], vec![0u64; n]);
-    let mut table = FallbackTable::new(n, &mut ids, &mut lens).expect("storage for n nodes");
-    let mut scratch = Scratch {
-        load: &mut load,
-        keys: &mut keys,
-    };
-    build_fallback(&topo, &states, opts, &mut scratch, &mut table);
+    let mut storage = FallbackStorage::new(n);
+    let FallbackParts {
+        mut table,
+        mut scratch,
+    } = storage.parts();
+    build_fallback(&topo, &node_states(&topo), opts, &mut scratch, &mut table);
     (0..n)
         .map(|i| {
             let row = table.order(NodeId::new(i));

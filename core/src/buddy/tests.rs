@@ -4,23 +4,13 @@ extern crate std;
 use std::collections::BTreeMap;
 use std::vec::Vec;
 
+use numaframe_testkit_base::Rng;
+
 use crate::test_util::{SparseMem, Spec};
 use crate::*;
 
 fn n(i: usize) -> NodeId {
     NodeId::new(i)
-}
-
-/// A tiny xorshift for the tests' random choices.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
 }
 
 /// Frames the test holds, by pageblock (frame >> 9).
@@ -67,9 +57,9 @@ fn order_zero_goes_to_the_fullest_pageblock_with_room() {
     let mut held: Vec<Pfn> = (0..3000)
         .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap())
         .collect();
-    let mut rng = Rng(0x1234_5678);
+    let mut rng = Rng::new(0x1234_5678);
     for _ in 0..2000 {
-        let i = rng.below(held.len());
+        let i = rng.index(held.len());
         m.free(held.swap_remove(i), Order::ZERO).unwrap();
         // The next frame must land in a pageblock at least as full as every other one with
         // room (the most occupied one).
@@ -90,7 +80,7 @@ fn order_zero_goes_to_the_fullest_pageblock_with_room() {
             "frame {p} went to a pageblock with {mine} busy frames, the fullest with room has {best}"
         );
         held.push(p);
-        m.free(held.swap_remove(rng.below(held.len())), Order::ZERO)
+        m.free(held.swap_remove(rng.index(held.len())), Order::ZERO)
             .unwrap();
     }
     assert_eq!(m.metadata_bytes(), meta, "the pool did not grow");
@@ -107,9 +97,9 @@ fn every_fully_free_aligned_block_can_be_allocated() {
     while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
         held.push(p);
     }
-    let mut rng = Rng(0x9e37_79b9);
+    let mut rng = Rng::new(0x9e37_79b9);
     for _ in 0..held.len() / 2 {
-        let i = rng.below(held.len());
+        let i = rng.index(held.len());
         m.free(held.swap_remove(i), Order::ZERO).unwrap();
     }
     // The LLFree recipe's 100 rounds: each frees a random tenth of the held frames and
@@ -117,7 +107,7 @@ fn every_fully_free_aligned_block_can_be_allocated() {
     for _ in 0..100 {
         let k = held.len() / 10;
         for _ in 0..k {
-            let i = rng.below(held.len());
+            let i = rng.index(held.len());
             m.free(held.swap_remove(i), Order::ZERO).unwrap();
         }
         for _ in 0..k {
@@ -170,7 +160,7 @@ fn classes_keep_to_their_pageblocks() {
     let m = spec.boot(&mem);
     let mut long = Vec::new();
     let mut short = Vec::new();
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for _ in 0..3000 {
         if rng.below(3) == 0 {
             short.push(m.alloc(n(0), Order::ZERO, AllocFlags::SHORT_LIVED).unwrap());

@@ -79,16 +79,7 @@ mod tests {
     use super::test_tree::{G, Out, amd, machine};
     use super::*;
 
-    /// A small xorshift generator, so the test needs no dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use numaframe_testkit_base::Rng;
 
     #[test]
     fn never_panics_on_mutated_trees() {
@@ -101,39 +92,39 @@ mod tests {
                 Some("x"),
             ),
         ];
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
         let mut o = Out::new(8, 8, 8);
         let rounds = if cfg!(miri) { 50 } else { 20_000 };
         for round in 0..rounds {
             let mut dtb = seeds[round % seeds.len()].clone();
             let len = dtb.len();
-            match rng.next() % 4 {
+            match rng.next_u64() % 4 {
                 0 => {
                     // Flip bytes.
-                    for _ in 0..1 + rng.next() % 4 {
-                        let i = (rng.next() % len as u64) as usize;
-                        dtb[i] = rng.next() as u8;
+                    for _ in 0..1 + rng.next_u64() % 4 {
+                        let i = (rng.next_u64() % len as u64) as usize;
+                        dtb[i] = rng.next_u64() as u8;
                     }
                 }
                 1 => {
                     // Overwrite a word with a token or a small or huge value.
-                    let i = (rng.next() % (len as u64 / 4)) as usize * 4;
+                    let i = (rng.next_u64() % (len as u64 / 4)) as usize * 4;
                     let w: u32 = [1, 2, 3, 4, 9, 0, 0xffff_ffff, 0x8000_0000, 12, 17]
-                        [(rng.next() % 10) as usize];
+                        [(rng.next_u64() % 10) as usize];
                     dtb[i..i + 4].copy_from_slice(&w.to_be_bytes());
                 }
                 2 => {
                     // Truncate, keeping or fixing up totalsize.
-                    let cut = (rng.next() % len as u64) as usize;
+                    let cut = (rng.next_u64() % len as u64) as usize;
                     dtb.truncate(cut);
-                    if rng.next().is_multiple_of(2) && cut >= 8 {
+                    if rng.next_u64().is_multiple_of(2) && cut >= 8 {
                         dtb[4..8].copy_from_slice(&(cut as u32).to_be_bytes());
                     }
                 }
                 _ => {
                     // Shrink or grow a header block size.
-                    let field = [8usize, 12, 16, 32, 36][(rng.next() % 5) as usize];
-                    let w = (rng.next() % (len as u64 + 64)) as u32;
+                    let field = [8usize, 12, 16, 32, 36][(rng.next_u64() % 5) as usize];
+                    let w = (rng.next_u64() % (len as u64 + 64)) as u32;
                     dtb[field..field + 4].copy_from_slice(&w.to_be_bytes());
                 }
             }

@@ -3,6 +3,8 @@
 extern crate std;
 use std::vec::Vec;
 
+use numaframe_testkit_base::Rng;
+
 use super::cmdline::HugepageConfig;
 use super::{HugeJob, ReservationPlan};
 use crate::addr::{HugeSize, Pfn, PhysRange};
@@ -53,30 +55,17 @@ pub(super) fn counts(m: &Machine<'_>, size: HugeSize) -> Vec<u64> {
         .collect()
 }
 
-/// xorshift64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-}
-
 /// Runs the plan with every batch's jobs in a shuffled order; returns how many batches
 /// there were.
 pub(super) fn run_shuffled(m: &Machine<'_>, cfg: &HugepageConfig, chunk: u64, seed: u64) -> usize {
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut plan = ReservationPlan::with_chunk_pages(cfg, m, chunk).unwrap();
     let mut batches = 0;
     while let Some(batch) = plan.next_batch(m) {
         batches += 1;
         let mut jobs: Vec<HugeJob> = batch.jobs().collect();
         for i in (1..jobs.len()).rev() {
-            jobs.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+            jobs.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
         }
         for job in jobs {
             assert_eq!(job.size, batch.size());

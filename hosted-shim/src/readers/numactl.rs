@@ -309,21 +309,9 @@ pub fn read_numactl_file(path: &Path) -> Result<MachineSpec, SpecError> {
 #[cfg(test)]
 mod tests {
     use numaframe::NodeId;
+    use numaframe_testkit::samples::NUMACTL_TWO_NODES as TWO;
 
     use super::*;
-
-    const TWO: &str = "available: 2 nodes (0-1)
-node 0 cpus: 0 1 2 3
-node 0 size: 15950 MB
-node 0 free: 12000 MB
-node 1 cpus:
-node 1 size: 0 MB
-node 1 free: 0 MB
-node distances:
-node   0   1
-  0:  10  21
-  1:  21  10
-";
 
     #[test]
     fn parses_example() {

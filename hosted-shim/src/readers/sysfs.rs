@@ -315,49 +315,13 @@ fn bandwidth_gbps(dir: &Path) -> Result<Option<u32>, SpecError> {
 mod tests {
     use std::fs;
 
+    use numaframe_testkit::TempDir;
+
     use super::*;
 
-    /// A fresh directory under the system temp dir, removed on drop.
-    struct TempTree(PathBuf);
-
-    impl TempTree {
-        fn new(tag: &str) -> Self {
-            use std::sync::atomic::{AtomicUsize, Ordering};
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!(
-                "numaframe-sysfs-unit-{}-{tag}-{n}",
-                std::process::id()
-            ));
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir).unwrap();
-            Self(dir)
-        }
-        fn put(&self, rel: &str, text: &str) {
-            let p = self.0.join(rel);
-            fs::create_dir_all(p.parent().unwrap()).unwrap();
-            fs::write(p, text).unwrap();
-        }
-        fn remove(&self, rel: &str) {
-            let p = self.0.join(rel);
-            if p.is_dir() {
-                fs::remove_dir_all(p)
-            } else {
-                fs::remove_file(p)
-            }
-            .unwrap();
-        }
-    }
-
-    impl Drop for TempTree {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-
     /// The cxl-2socket machine as sysfs shows it, with HMAT.
-    fn cxl_tree(tag: &str) -> TempTree {
-        let t = TempTree::new(tag);
+    fn cxl_tree(tag: &str) -> TempDir {
+        let t = TempDir::new(tag);
         let d = ["10 21 14 24", "21 10 24 14", "14 24 10 34", "24 14 34 10"];
         let cpus = ["0-15", "16-31", "", ""];
         let kb = [64u64 << 20, 64 << 20, 32 << 20, 32 << 20];
@@ -396,7 +360,7 @@ mod tests {
     #[test]
     fn reads_fake_cxl_tree() {
         let t = cxl_tree("ok");
-        let s = read_sysfs(&t.0).unwrap();
+        let s = read_sysfs(t.path()).unwrap();
         // sysfs knows no socket link bandwidth; everything else matches the preset.
         let cxl = crate::presets::preset("cxl-2socket").unwrap();
         let want = MachineSpec::new(
@@ -416,21 +380,21 @@ mod tests {
         t.put("has_memory", "0-2\n");
         t.remove("node1/access0");
         t.remove("node3/access0");
-        let s = read_sysfs(&t.0).unwrap();
+        let s = read_sysfs(t.path()).unwrap();
         assert!(s.nodes()[1].cpus.is_empty());
         assert_eq!(s.nodes()[3].memory_bytes, 0);
         t.remove("has_cpu");
         t.remove("has_memory");
-        assert_eq!(read_sysfs(&t.0).unwrap().nodes()[1].cpus.len(), 16);
+        assert_eq!(read_sysfs(t.path()).unwrap().nodes()[1].cpus.len(), 16);
     }
 
     #[test]
     fn malformed_trees() {
-        type Edit = fn(&TempTree);
+        type Edit = fn(&TempDir);
         let cases: &[(&str, Edit, &str)] = &[
             (
                 "sparse",
-                |t| fs::rename(t.0.join("node3"), t.0.join("node5")).unwrap(),
+                |t| fs::rename(t.path().join("node3"), t.path().join("node5")).unwrap(),
                 "node ids 0,1,2,5 are not 0..3",
             ),
             (
@@ -440,22 +404,22 @@ mod tests {
             ),
             (
                 "short-row",
-                |t| t.put("node2/distance", "10 20\n"),
+                |t| _ = t.put("node2/distance", "10 20\n"),
                 "node2/distance: 2 distances, expected 4 (one per node)",
             ),
             (
                 "bad-row",
-                |t| t.put("node2/distance", "14 24 10 x\n"),
+                |t| _ = t.put("node2/distance", "14 24 10 x\n"),
                 "node2/distance: entry 3 is \"x\"",
             ),
             (
                 "big-row",
-                |t| t.put("node2/distance", "14 24 10 256\n"),
+                |t| _ = t.put("node2/distance", "14 24 10 256\n"),
                 "entry 3 is \"256\"",
             ),
             (
                 "bad-cpulist",
-                |t| t.put("node0/cpulist", "0-\n"),
+                |t| _ = t.put("node0/cpulist", "0-\n"),
                 "node0/cpulist: cpulist: bad list \"0-\"",
             ),
             (
@@ -465,22 +429,22 @@ mod tests {
             ),
             (
                 "no-memtotal",
-                |t| t.put("node1/meminfo", "Node 1 MemFree: 5 kB\n"),
+                |t| _ = t.put("node1/meminfo", "Node 1 MemFree: 5 kB\n"),
                 "node1/meminfo: no `Node 1 MemTotal:` line",
             ),
             (
                 "memtotal-node",
-                |t| t.put("node1/meminfo", "Node 0 MemTotal: 5 kB\n"),
+                |t| _ = t.put("node1/meminfo", "Node 0 MemTotal: 5 kB\n"),
                 "node1/meminfo:1: MemTotal line is for node \"0\"",
             ),
             (
                 "memtotal-unit",
-                |t| t.put("node1/meminfo", "Node 1 MemTotal: 5 MB\n"),
+                |t| _ = t.put("node1/meminfo", "Node 1 MemTotal: 5 MB\n"),
                 "node1/meminfo:1: expected `Node 1 MemTotal: <n> kB`",
             ),
             (
                 "memtotal-num",
-                |t| t.put("node1/meminfo", "Node 1 MemTotal: x kB\n"),
+                |t| _ = t.put("node1/meminfo", "Node 1 MemTotal: x kB\n"),
                 "MemTotal \"x\" is not a number",
             ),
             (
@@ -489,7 +453,7 @@ mod tests {
                     t.put(
                         "node1/meminfo",
                         "Node 1 MemTotal: 99999999999999999999 kB\n",
-                    )
+                    );
                 },
                 "not a number",
             ),
@@ -499,48 +463,48 @@ mod tests {
                     t.put(
                         "node1/meminfo",
                         "Node 1 MemTotal: 18446744073709551615 kB\n",
-                    )
+                    );
                 },
                 "does not fit in 64 bits",
             ),
             (
                 "has-cpu-bad",
-                |t| t.put("has_cpu", "0-1-2\n"),
+                |t| _ = t.put("has_cpu", "0-1-2\n"),
                 "has_cpu: has_cpu: bad list",
             ),
             (
                 "has-cpu-range",
-                |t| t.put("has_cpu", "0-9\n"),
+                |t| _ = t.put("has_cpu", "0-9\n"),
                 "has_cpu: lists node 4, but there is no node4 directory",
             ),
             (
                 "has-cpu-empty",
-                |t| t.put("has_cpu", "0-2\n"),
+                |t| _ = t.put("has_cpu", "0-2\n"),
                 "has_cpu lists node 2 but its cpulist is empty",
             ),
             (
                 "has-mem-zero",
-                |t| t.put("node3/meminfo", "Node 3 MemTotal: 0 kB\n"),
+                |t| _ = t.put("node3/meminfo", "Node 3 MemTotal: 0 kB\n"),
                 "has_memory lists node 3 but its MemTotal is 0",
             ),
             (
                 "package",
-                |t| t.put("node0/cpu0/topology/physical_package_id", "zero\n"),
+                |t| _ = t.put("node0/cpu0/topology/physical_package_id", "zero\n"),
                 "expected a package id",
             ),
             (
                 "bandwidth",
-                |t| t.put("node0/access0/initiators/read_bandwidth", "fast\n"),
+                |t| _ = t.put("node0/access0/initiators/read_bandwidth", "fast\n"),
                 "read_bandwidth: expected MB/s",
             ),
             (
                 "dup-cpu",
-                |t| t.put("node1/cpulist", "15-31\n"),
+                |t| _ = t.put("node1/cpulist", "15-31\n"),
                 "CPU 15 is in node 0 and in node 1",
             ),
             (
                 "diagonal",
-                |t| t.put("node1/distance", "21 11 24 14\n"),
+                |t| _ = t.put("node1/distance", "21 11 24 14\n"),
                 "invalid topology: distance 1->1 is 11",
             ),
             (
@@ -552,7 +516,7 @@ mod tests {
         for (tag, edit, want) in cases {
             let t = cxl_tree(tag);
             edit(&t);
-            let got = read_sysfs(&t.0)
+            let got = read_sysfs(t.path())
                 .map(|s| format!("accepted {s:?}"))
                 .unwrap_or_else(|e| e.to_string());
             assert!(got.contains(want), "{tag}: got {got:?}, want {want:?}");
@@ -575,7 +539,7 @@ mod tests {
         t.put("node01/distance", "10\n");
         t.put("nodefoo", "");
         t.put("node7", "not a directory");
-        assert_eq!(read_sysfs(&t.0).unwrap().len(), 4);
+        assert_eq!(read_sysfs(t.path()).unwrap().len(), 4);
     }
 
     #[test]

@@ -1,11 +1,9 @@
-//! Helpers shared by the CLI tests: run the binary, expect a bad-input exit, temp files.
+//! Helpers shared by the CLI tests: run the binary, expect a bad-input exit. (Temp files are the
+//! test kit's `TempDir`.)
 // Each test crate uses a different subset of these helpers.
 #![allow(dead_code)]
 
-use std::fs;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs the binary; returns (exit status, stdout, stderr). Fails the test on a signal.
 pub fn numaframe(args: &[&str]) -> (i32, String, String) {
@@ -38,30 +36,4 @@ pub fn bad_input(args: &[&str], want: &str) {
         err.contains(want),
         "{args:?}: stderr {err:?}, want {want:?}"
     );
-}
-
-/// A fresh directory under the system temp dir, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("numaframe-test-{}-{tag}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-    pub fn put(&self, name: &str, text: &str) -> String {
-        let p = self.0.join(name);
-        fs::write(&p, text).unwrap();
-        p.display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }

@@ -260,10 +260,3 @@ pub fn workspace() -> PathBuf {
         .expect("tests/ sits in the workspace")
         .to_path_buf()
 }
-
-/// A fresh scratch directory for one test.
-pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("numaframe-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create a scratch directory");
-    dir
-}

@@ -392,24 +392,10 @@ mod tests {
         err("hugepages=1 default_hugepagesz=3M", 12, K::UnsupportedSize);
     }
 
-    /// xorshift64: deterministic, no dependencies.
-    struct Rng(u64);
+    use numaframe_testkit_base::Rng;
 
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-            from[self.below(from.len())]
-        }
+    fn pick<'a>(rng: &mut Rng, from: &[&'a str]) -> &'a str {
+        from[rng.index(from.len())]
     }
 
     const FRAGMENTS: &[&str] = &[
@@ -511,34 +497,34 @@ mod tests {
     #[test]
     fn no_panic_on_random_input() {
         let rounds = if cfg!(miri) { 300 } else { 60_000 };
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
         let mut outcomes = [0usize; 2];
         for _ in 0..rounds {
             let mut s = String::new();
-            if rng.below(2) == 0 {
+            if rng.index(2) == 0 {
                 // Random fragments.
-                for _ in 0..rng.below(14) {
-                    s.push_str(rng.pick(FRAGMENTS));
+                for _ in 0..rng.index(14) {
+                    s.push_str(pick(&mut rng, FRAGMENTS));
                 }
             } else {
                 // A valid line, mutated a few times.
-                s.push_str(rng.pick(SEEDS));
-                for _ in 0..=rng.below(4) {
-                    let mut at = rng.below(s.len() + 1);
+                s.push_str(pick(&mut rng, SEEDS));
+                for _ in 0..=rng.index(4) {
+                    let mut at = rng.index(s.len() + 1);
                     while !s.is_char_boundary(at) {
                         at -= 1;
                     }
-                    match rng.below(3) {
-                        0 => s.insert_str(at, rng.pick(FRAGMENTS)),
+                    match rng.index(3) {
+                        0 => s.insert_str(at, pick(&mut rng, FRAGMENTS)),
                         1 => {
-                            let mut end = (at + 1 + rng.below(4)).min(s.len());
+                            let mut end = (at + 1 + rng.index(4)).min(s.len());
                             while !s.is_char_boundary(end) {
                                 end += 1;
                             }
                             s.replace_range(at..end, "");
                         }
                         _ => {
-                            let b = (rng.next() % 0x80) as u8;
+                            let b = (rng.next_u64() % 0x80) as u8;
                             s.insert(at, char::from(b));
                         }
                     }
