@@ -67,25 +67,40 @@ fn machine() -> &'static Machine<'static> {
     Box::leak(Box::new(tiny.boot(mem)))
 }
 
-/// Most of a page: every allocation needs a frame of its own.
-fn big() -> Layout {
-    Layout::from_size_align(3000, 8).expect("layout")
+/// An allocation of `size` bytes, filled with `tag` while it lives.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    tag: u8,
+    size: usize,
 }
 
-/// Fills an allocation with `tag`.
-fn fill(p: NonNull<u8>, tag: u8) {
-    // SAFETY: `p` is a live allocation of `big()` bytes that only this thread uses.
-    unsafe { p.as_ptr().write_bytes(tag, big().size()) };
-}
+/// Most of a page: every such allocation needs a frame of its own.
+const SMALL: usize = 3000;
+/// More than a page: a block of order 1, which never merges with a chunk of order 0.
+const LARGE: usize = 6000;
 
-/// Checks that an allocation still holds only `tag`: nothing else was handed the same bytes.
-fn intact(p: NonNull<u8>, tag: u8) {
-    // SAFETY: as in `fill`.
-    let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr(), big().size()) };
-    assert!(
-        bytes.iter().all(|b| *b == tag),
-        "allocation {tag} overlapped"
-    );
+impl Block {
+    fn layout(self) -> Layout {
+        Layout::from_size_align(self.size, 8).expect("layout")
+    }
+
+    /// Fills the allocation at `p` with the tag.
+    fn fill(self, p: NonNull<u8>) {
+        // SAFETY: `p` is a live allocation of `self.size` bytes that only this thread uses.
+        unsafe { p.as_ptr().write_bytes(self.tag, self.size) };
+    }
+
+    /// Checks that the allocation at `p` still holds only the tag: nothing else was handed
+    /// the same bytes.
+    fn intact(self, p: NonNull<u8>) {
+        // SAFETY: as in `fill`.
+        let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr(), self.size) };
+        assert!(
+            bytes.iter().all(|b| *b == self.tag),
+            "allocation {} overlapped",
+            self.tag
+        );
+    }
 }
 
 /// Checks the machine's invariants and that the node's free frames plus what the heaps still
@@ -96,8 +111,10 @@ fn settle(m: &Machine<'_>, held_by_heaps: u64) {
     assert_eq!(node.free_pages() + held_by_heaps, node.managed_pages());
 }
 
-/// Two threads on node 0 allocate through one `NumaHeap` growing by single frames: one makes
-/// an allocation and frees it, the other makes two and frees them.
+/// Two threads on node 0 allocate through one `NumaHeap` that grows by as little as a frame:
+/// one makes a one-frame allocation and frees it, the other a two-frame one (a chunk of its
+/// own) and a one-frame one, and frees both. Emptied chunks go back to the machine while the
+/// other thread grows the heap.
 #[test]
 fn numa_heap_growth_races_frees() {
     static BUFFER: OnceLock<Frames> = OnceLock::new();
@@ -106,25 +123,44 @@ fn numa_heap_growth_races_frees() {
         let heap: Arc<NumaHeap<'static, 'static, 1>> = Arc::new(NumaHeap::new());
         heap.init(m, Frames::get(&BUFFER), current_node, Order::ZERO)
             .expect("first init");
-        let run = |heap: Arc<NumaHeap<'static, 'static, 1>>, tags: &'static [u8]| {
+        let run = |heap: Arc<NumaHeap<'static, 'static, 1>>, blocks: &'static [Block]| {
             move || {
-                let live: Vec<_> = tags
+                let live: Vec<_> = blocks
                     .iter()
-                    .map(|&tag| {
-                        let p = NonNull::new(heap.alloc_on(N0, big())).expect("node 0 has room");
-                        fill(p, tag);
-                        (p, tag)
+                    .map(|&b| {
+                        let p =
+                            NonNull::new(heap.alloc_on(N0, b.layout())).expect("node 0 has room");
+                        b.fill(p);
+                        (p, b)
                     })
                     .collect();
-                for (p, tag) in live {
-                    intact(p, tag);
-                    // SAFETY: `p` came from this heap with `big()` and is freed once.
-                    unsafe { heap.dealloc(p.as_ptr(), big()) };
+                for (p, b) in live {
+                    b.intact(p);
+                    // SAFETY: `p` came from this heap with `b.layout()` and is freed once.
+                    unsafe { heap.dealloc(p.as_ptr(), b.layout()) };
                 }
             }
         };
-        let other = loom::thread::spawn(run(heap.clone(), &[1]));
-        run(heap.clone(), &[2, 3])();
+        let other = loom::thread::spawn(run(
+            heap.clone(),
+            &[Block {
+                tag: 1,
+                size: SMALL,
+            }],
+        ));
+        run(
+            heap.clone(),
+            &[
+                Block {
+                    tag: 2,
+                    size: LARGE,
+                },
+                Block {
+                    tag: 3,
+                    size: SMALL,
+                },
+            ],
+        )();
         other.join().expect("thread");
 
         let stats = heap.stats(N0);
@@ -137,8 +173,9 @@ fn numa_heap_growth_races_frees() {
     });
 }
 
-/// Two `NodeHeap`s of node 0, one per thread, each growing by single frames, allocating two
-/// blocks, freeing them and dropping: their frames never overlap and all of them come back.
+/// Two `NodeHeap`s of node 0, one per thread, each growing by as little as a frame, making a
+/// one-frame and a two-frame allocation, freeing them and dropping: their frames never overlap
+/// and all of them come back.
 #[test]
 fn node_heaps_of_one_node_race_through_the_machine() {
     static BUFFER: OnceLock<Frames> = OnceLock::new();
@@ -148,15 +185,25 @@ fn node_heaps_of_one_node_race_through_the_machine() {
         let run = move |tags: [u8; 2]| {
             move || {
                 let mut h = NodeHeap::new(m, frames, N0);
-                let live = tags.map(|tag| {
-                    let p = h.alloc(big(), Order::ZERO).expect("node 0 has room");
-                    fill(p, tag);
-                    (p, tag)
+                let blocks = [
+                    Block {
+                        tag: tags[0],
+                        size: SMALL,
+                    },
+                    Block {
+                        tag: tags[1],
+                        size: LARGE,
+                    },
+                ];
+                let live = blocks.map(|b| {
+                    let p = h.alloc(b.layout(), Order::ZERO).expect("node 0 has room");
+                    b.fill(p);
+                    (p, b)
                 });
-                for (p, tag) in live {
-                    intact(p, tag);
-                    // SAFETY: `p` came from `h` with `big()` and is freed once.
-                    assert!(unsafe { h.dealloc(p, big()) });
+                for (p, b) in live {
+                    b.intact(p);
+                    // SAFETY: `p` came from `h` with `b.layout()` and is freed once.
+                    assert!(unsafe { h.dealloc(p, b.layout()) });
                 }
                 assert_eq!(h.stats().used, 0);
             }
