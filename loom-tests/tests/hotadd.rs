@@ -1,14 +1,20 @@
-//! Memory hot-add racing an allocation: the allocating thread sees the old fallback list or the
-//! new one, never a torn one.
+//! Memory hot-add racing everything that reads the layout it republishes: an allocation (which
+//! sees the old fallback list or the new one, never a torn one), frees of every kind,
+//! `check_invariants`, a run-time huge-page reservation, and a second hot-add. Hot-add runs at
+//! any time on a live machine, so none of these may see a half-published layout, fail
+//! spuriously, or lose a frame; two hot-adds of overlapping memory must not both land.
 //!
-//! Node 0 is exhausted before the threads start and node 1 is memoryless, so the only memory an
-//! allocation can find is the range being hot-added to node 1. Under the old lists (node 0: `0`)
-//! the allocation fails; under the new ones (node 0: `0 1`) it must succeed, on node 1.
+//! In the first model node 0 is exhausted before the threads start and node 1 is memoryless,
+//! so the only memory an allocation can find is the range being hot-added to node 1. Under the
+//! old lists (node 0: `0`) the allocation fails; under the new ones (node 0: `0 1`) it may
+//! succeed, on node 1 only.
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
 use numaframe::zonelist::FallbackOptions;
-use numaframe::{AllocFlags, MAX_ORDER, NodeId, Order, Pfn, PhysRange};
+use numaframe::{
+    AllocFlags, BootError, HugeSize, MAX_ORDER, NodeId, Order, PcpConfig, Pfn, PhysRange,
+};
 use numaframe_loom::{SparseMem, Tiny};
 
 const FRAMES: u64 = 64;
@@ -88,4 +94,179 @@ fn hot_add_races_an_allocation() {
         }
         m.check_invariants().expect("invariants");
     });
+}
+
+/// Boots Tiny's two nodes with node 1 memoryless and CPU 0 on node 0, with `held` order-0
+/// frames allocated on node 0.
+fn two_nodes(
+    held: usize,
+) -> (
+    Arc<numaframe::Machine<'static>>,
+    &'static SparseMem,
+    Vec<Pfn>,
+) {
+    let tiny: &'static Tiny = Box::leak(Box::new(Tiny::new(2, FRAMES, &[1])));
+    let mem: &'static SparseMem = Box::leak(Box::new(SparseMem::default()));
+    let m = tiny.boot_with_cpus(mem, &[NodeId::new(0)], PcpConfig { batch: 1, high: 2 });
+    let frames = (0..held)
+        .map(|_| {
+            m.alloc(NodeId::new(0), Order::ZERO, AllocFlags::THISNODE)
+                .expect("memory")
+        })
+        .collect();
+    (Arc::new(m), mem, frames)
+}
+
+/// Node 1's slot in Tiny's layout, `frames` long from `offset` frames in.
+fn slot(offset: u64, frames: u64) -> PhysRange {
+    PhysRange::new(
+        Pfn::new(FRAMES + offset),
+        Pfn::new(FRAMES + offset + frames),
+    )
+    .expect("ordered")
+}
+
+/// Drains, checks the invariants and that every frame of both nodes is free exactly once.
+fn settle(m: &numaframe::Machine<'_>) {
+    m.drain_all();
+    m.check_invariants().expect("invariants");
+    for n in 0..2 {
+        let node = m.node(NodeId::new(n)).expect("node");
+        assert_eq!(
+            node.free_pages(),
+            node.managed_pages(),
+            "node {n}: every frame back"
+        );
+    }
+}
+
+/// Frees of every kind while node 1 is hot-added: a plain free, CPU 0's first per-CPU free
+/// (which looks its span up in the layout being republished) and a bulk. Every free succeeds
+/// into node 0, whichever layout it reads.
+#[test]
+fn hot_add_races_frees_and_a_bulk() {
+    loom::model(|| {
+        let (m, mem, f) = two_nodes(4);
+        let adder = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                m.hot_add(
+                    mem,
+                    NodeId::new(1),
+                    slot(0, FRAMES),
+                    FallbackOptions::default(),
+                )
+                .expect("hot-add");
+            })
+        };
+        m.free(f[0], Order::ZERO).expect("own frame");
+        m.free_cpu(m.cpu(0).expect("cpu 0"), f[1], Order::ZERO)
+            .expect("own frame");
+        m.free_bulk(&f[2..]).expect("own frames");
+        adder.join().expect("adder");
+        assert_eq!(order_of(&m, 0), [0, 1]);
+        settle(&m);
+    });
+}
+
+/// `check_invariants` while node 1 is hot-added: it never reports an inconsistency, whichever
+/// step of the hot-add it overlaps.
+#[test]
+fn hot_add_races_check_invariants() {
+    loom::model(|| {
+        let (m, mem, _) = two_nodes(0);
+        let adder = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                m.hot_add(
+                    mem,
+                    NodeId::new(1),
+                    slot(0, FRAMES),
+                    FallbackOptions::default(),
+                )
+                .expect("hot-add");
+            })
+        };
+        m.check_invariants().expect("no spurious invariant error");
+        adder.join().expect("adder");
+        settle(&m);
+    });
+}
+
+/// A run-time huge-page reservation on node 1 while node 1 gets the only memory that can hold
+/// a 2 MiB page: it reserves nothing (before the span joins the zone) or the one page, and the
+/// pool and the zone agree afterwards.
+#[test]
+fn hot_add_races_reserve_huge() {
+    loom::model(|| {
+        let (m, mem, _) = two_nodes(0);
+        let n1 = NodeId::new(1);
+        // 1024 frames from the first 2 MiB boundary above node 0: one aligned 2 MiB block
+        // once the span's metadata is carved off its end.
+        let range = PhysRange::new(Pfn::new(1024), Pfn::new(2048)).expect("ordered");
+        let adder = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                m.hot_add(mem, n1, range, FallbackOptions::default())
+                    .expect("hot-add");
+            })
+        };
+        let got = m.reserve_huge(n1, HugeSize::Size2M, 1);
+        adder.join().expect("adder");
+        assert!(got <= 1);
+        let pool = m.huge_counts(n1, HugeSize::Size2M);
+        assert_eq!((pool.total, pool.free), (got, got));
+        let node = m.node(n1).expect("node 1");
+        assert_eq!(node.free_pages() + 512 * got, node.managed_pages());
+        assert_eq!(m.release_huge(n1, HugeSize::Size2M, 1), got);
+        settle(&m);
+    });
+}
+
+/// Two hot-adds at once, into node 1's slot. Disjoint halves both land; overlapping ranges
+/// land one: the other fails with `Overlap` naming its own start, and changes nothing.
+fn two_hot_adds(a: PhysRange, b: PhysRange) {
+    loom::model(move || {
+        let (m, mem, _) = two_nodes(0);
+        let n1 = NodeId::new(1);
+        let other = {
+            let m = m.clone();
+            loom::thread::spawn(move || m.hot_add(mem, n1, b, FallbackOptions::default()))
+        };
+        let mine = m.hot_add(mem, n1, a, FallbackOptions::default());
+        let theirs = other.join().expect("thread");
+        let managed = m.node(n1).expect("node 1").managed_pages();
+        // A range of a few dozen frames gives up its last frame for its metadata (12 bytes a
+        // frame, one page).
+        let usable = |r: PhysRange| r.frames() - 1;
+        if a.overlaps(&b) {
+            match (mine, theirs) {
+                (Ok(()), Err(BootError::Overlap { start })) => {
+                    assert_eq!(start, b.start());
+                    assert_eq!(managed, usable(a));
+                }
+                (Err(BootError::Overlap { start }), Ok(())) => {
+                    assert_eq!(start, a.start());
+                    assert_eq!(managed, usable(b));
+                }
+                other => panic!("exactly one overlapping hot-add lands: {other:?}"),
+            }
+        } else {
+            assert_eq!((mine, theirs), (Ok(()), Ok(())));
+            assert_eq!(managed, usable(a) + usable(b));
+        }
+        assert_eq!(order_of(&m, 0), [0, 1]);
+        assert_eq!(order_of(&m, 1), [1, 0]);
+        settle(&m);
+    });
+}
+
+#[test]
+fn disjoint_hot_adds_both_land() {
+    two_hot_adds(slot(0, FRAMES / 2), slot(FRAMES / 2, FRAMES / 2));
+}
+
+#[test]
+fn overlapping_hot_adds_land_one() {
+    two_hot_adds(slot(0, FRAMES / 2), slot(FRAMES / 4, FRAMES / 2));
 }

@@ -1,12 +1,31 @@
-//! Per-CPU caches: a refill racing a remote drain, and a double free racing across CPUs.
+//! Per-CPU caches: a refill racing a remote drain, and double frees racing across CPUs (a
+//! plain free against a per-CPU one, and two per-CPU frees into two caches). A double free is a
+//! caller bug the allocator promises to catch: exactly one free may win, or the frame would sit
+//! in two places at once and be handed out twice.
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::{AllocFlags, FreeError, NodeId, Order, PcpConfig};
 use numaframe_loom::{SparseMem, Tiny};
 
 fn leak<T>(v: T) -> &'static T {
     Box::leak(Box::new(v))
+}
+
+/// A counter that every thread bumps before each call it races. Loom tries another order of two
+/// threads only where it sees them touch one object, and it misses some of the conflicts inside
+/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
+/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
+/// every order of the calls themselves.
+#[derive(Debug, Default)]
+struct Steps(AtomicUsize);
+
+impl Steps {
+    fn next(&self) {
+        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// CPU 0 allocates (refilling its cache) and frees while CPU 1 drains CPU 0's cache: every
@@ -58,10 +77,15 @@ fn double_free_from_two_cpus() {
         let p = m
             .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
             .expect("memory");
+        let steps = Arc::new(Steps::default());
         let other = {
-            let m = m.clone();
-            loom::thread::spawn(move || m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO))
+            let (m, steps) = (m.clone(), steps.clone());
+            loom::thread::spawn(move || {
+                steps.next();
+                m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO)
+            })
         };
+        steps.next();
         let mine = m.free(p, Order::ZERO);
         let theirs = other.join().expect("thread");
         assert!(
@@ -77,5 +101,63 @@ fn double_free_from_two_cpus() {
             "{err:?}"
         );
         m.check_invariants().expect("invariants");
+    });
+}
+
+/// Two CPUs free the same frame into their own caches at once. Each cache already holds a
+/// frame and keeps at most one, so the winner's push overflows its list and drains the frame
+/// straight back to the zone (where it may merge) while the loser is still looking at its tag.
+/// Exactly one free wins, the loser gets a typed error naming the frame, and afterwards every
+/// frame is free exactly once.
+#[test]
+fn double_free_into_two_caches() {
+    loom::model(|| {
+        let tiny = leak(Tiny::new(1, 64, &[]));
+        let mem = leak(SparseMem::default());
+        let n0 = NodeId::new(0);
+        let m = Arc::new(tiny.boot_with_cpus(mem, &[n0, n0], PcpConfig { batch: 1, high: 1 }));
+        let before = m.node(n0).expect("node 0").free_pages();
+        for i in 0..2 {
+            let c = m.cpu(i).expect("cpu");
+            let x = m
+                .alloc_cpu(c, Order::ZERO, AllocFlags::empty())
+                .expect("memory");
+            m.free_cpu(c, x, Order::ZERO).expect("own frame");
+        }
+        assert_eq!(m.cached_pages(), 2);
+        let p = m
+            .alloc(n0, Order::ZERO, AllocFlags::THISNODE)
+            .expect("memory");
+        let steps = Arc::new(Steps::default());
+        let other = {
+            let (m, steps) = (m.clone(), steps.clone());
+            loom::thread::spawn(move || {
+                steps.next();
+                m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO)
+            })
+        };
+        steps.next();
+        let mine = m.free_cpu(m.cpu(0).expect("cpu 0"), p, Order::ZERO);
+        let theirs = other.join().expect("thread");
+        assert!(
+            mine.is_ok() != theirs.is_ok(),
+            "exactly one free wins: {mine:?} {theirs:?}"
+        );
+        let err = mine.err().or(theirs.err()).expect("one error");
+        assert!(
+            matches!(
+                err,
+                FreeError::DoubleFree { pfn } | FreeError::NotAllocated { pfn } if pfn == p
+            ),
+            "{err:?}"
+        );
+        m.check_invariants().expect("invariants");
+        m.drain_all();
+        m.check_invariants().expect("invariants");
+        assert_eq!(
+            m.node(n0).expect("node 0").free_pages(),
+            before,
+            "every frame is free exactly once"
+        );
     });
 }

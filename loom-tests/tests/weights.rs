@@ -1,12 +1,13 @@
 //! The weighted-interleave weight table replaced (`Machine::set_weights`) while another thread
-//! makes a weighted-interleave bulk allocation: the bulk is planned entirely under the old table
-//! or entirely under the new one, never a mix.
+//! makes weighted-interleave allocations: a bulk is planned entirely under the old table or
+//! entirely under the new one, never a mix, and each single page follows one table or the
+//! other. A mix would place pages on nodes no table asked for.
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
 use numaframe::interleave::{IlState, Weights, plan_bulk};
 use numaframe::policy::{Policy, TaskPolicy};
-use numaframe::{AllocFlags, Machine, NodeId, NodeMask, Pfn};
+use numaframe::{AllocFlags, Machine, NodeId, NodeMask, Order, Pfn};
 use numaframe_loom::{SparseMem, Tiny};
 
 fn leak<T>(v: T) -> &'static T {
@@ -100,6 +101,66 @@ fn weight_replacement_is_seen_whole_by_each_bulk() {
             m.free_bulk(frames).expect("own frames");
         }
         m.free_bulk(&mine).expect("own frames");
+        m.check_invariants().expect("invariants");
+    });
+}
+
+/// The nodes `n` single pages of a fresh two-node weighted interleave take when the first
+/// `switch` pages see `a` and the rest `b`: a transcription of the rule (a node keeps serving
+/// while its turn lasts, then the next node serves `weight` pages, starting from node 0).
+fn single_pages(a: [u8; 2], b: [u8; 2], switch: usize, n: usize) -> Vec<usize> {
+    let (mut prev, mut left) = (1usize, 0u8);
+    (0..n)
+        .map(|i| {
+            let w = if i < switch { a } else { b };
+            if left == 0 {
+                prev = (prev + 1) % 2;
+                left = w[prev];
+            }
+            left -= 1;
+            prev
+        })
+        .collect()
+}
+
+/// Single-page weighted interleave (`TaskPolicy::alloc`) while the table is replaced: each
+/// page follows the old table or the new one, and once a page has seen the new one the next do
+/// too. With weights 1,2 then 2,1, three pages go 0,1,1 under the old table and 0,0,1 under the
+/// new; switching after the first page gives 0,1,0 and after the second 0,1,1.
+#[test]
+fn weight_replacement_is_seen_whole_by_each_page() {
+    loom::model(|| {
+        let tiny = leak(Tiny::new(2, 32, &[]));
+        let mem = leak(SparseMem::default());
+        let m = Arc::new(tiny.boot(mem));
+        let (old, new) = ([1, 2], [2, 1]);
+        m.set_weights(Weights::new(&old).expect("weights"));
+
+        let writer = {
+            let m = m.clone();
+            loom::thread::spawn(move || m.set_weights(Weights::new(&new).expect("weights")))
+        };
+        let mut t = task(&m);
+        let pages: Vec<Pfn> = (0..3)
+            .map(|_| {
+                t.alloc(&m, NodeId::new(0), Order::ZERO, AllocFlags::empty())
+                    .expect("the machine has room")
+            })
+            .collect();
+        writer.join().expect("writer");
+
+        let seen: Vec<usize> = pages
+            .iter()
+            .map(|&p| m.node_of(p).expect("a frame of the machine").index())
+            .collect();
+        let allowed: Vec<Vec<usize>> = (0..=3).map(|k| single_pages(old, new, k, 3)).collect();
+        assert!(
+            allowed.contains(&seen),
+            "pages followed neither table in order: {seen:?}, allowed {allowed:?}"
+        );
+        for p in pages {
+            m.free(p, Order::ZERO).expect("own frame");
+        }
         m.check_invariants().expect("invariants");
     });
 }

@@ -1,0 +1,128 @@
+//! The observers, `check_invariants` and `numastat`, run while another CPU allocates and frees
+//! through its cache and the zones. Tests, fuzzers and monitoring call them on live machines,
+//! so they must not report what never happened: `check_invariants` never returns an error
+//! for a consistent machine, whatever operation it overlaps, and numastat counters only ever
+//! grow while they are read, and add up to the allocations made once the threads are done.
+#![cfg(numaframe_loom)]
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use numaframe::{AllocFlags, Machine, NodeId, NumaStat, Order, PcpConfig};
+use numaframe_loom::{SparseMem, Tiny};
+
+const N0: NodeId = NodeId::new(0);
+
+fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+/// A counter that every thread bumps before each call it races. Loom tries another order of two
+/// threads only where it sees them touch one object, and it misses some of the conflicts inside
+/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
+/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
+/// every order of the calls themselves.
+#[derive(Debug, Default)]
+struct Steps(AtomicUsize);
+
+impl Steps {
+    fn next(&self) {
+        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn boot() -> Arc<Machine<'static>> {
+    let tiny = leak(Tiny::new(1, 64, &[]));
+    let mem = leak(SparseMem::default());
+    Arc::new(tiny.boot_with_cpus(mem, &[N0], PcpConfig { batch: 2, high: 2 }))
+}
+
+/// CPU 0 allocates through its cache (a refill) and from the zone, then frees the first
+/// frame to the zone and the second into the cache: two allocations, both hits on node 0 by a
+/// CPU of node 0.
+fn mutate(m: &Machine<'_>, steps: &Steps) {
+    let c0 = m.cpu(0).expect("cpu 0");
+    steps.next();
+    let through_cache = m
+        .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+        .expect("memory");
+    steps.next();
+    let plain = m
+        .alloc(N0, Order::ZERO, AllocFlags::THISNODE)
+        .expect("memory");
+    steps.next();
+    m.free(through_cache, Order::ZERO).expect("own frame");
+    steps.next();
+    m.free_cpu(c0, plain, Order::ZERO).expect("own frame");
+}
+
+/// The counters after `mutate`: two hits, both local.
+const AFTER: [u64; 6] = [2, 0, 0, 0, 2, 0];
+
+fn counters(s: &NumaStat) -> [u64; 6] {
+    [
+        s.numa_hit,
+        s.numa_miss,
+        s.numa_foreign,
+        s.interleave_hit,
+        s.local_node,
+        s.other_node,
+    ]
+}
+
+/// Checks that every frame is free once the caches are drained.
+fn settle(m: &Machine<'_>) {
+    m.drain_all();
+    m.check_invariants().expect("invariants");
+    let node = m.node(N0).expect("node 0");
+    assert_eq!(
+        node.free_pages(),
+        node.managed_pages(),
+        "every frame is back"
+    );
+}
+
+#[test]
+fn check_invariants_during_mutation() {
+    loom::model(|| {
+        let m = boot();
+        let steps = Arc::new(Steps::default());
+        let cpu = {
+            let (m, steps) = (m.clone(), steps.clone());
+            loom::thread::spawn(move || mutate(&m, &steps))
+        };
+        steps.next();
+        m.check_invariants().expect("no spurious invariant error");
+        cpu.join().expect("cpu");
+        settle(&m);
+    });
+}
+
+/// numastat read twice while CPU 0 allocates: no counter goes down between the reads or from
+/// a read to the final count, and the final counts are the two local hits.
+#[test]
+fn numastat_during_mutation() {
+    loom::model(|| {
+        let m = boot();
+        let steps = Arc::new(Steps::default());
+        let cpu = {
+            let (m, steps) = (m.clone(), steps.clone());
+            loom::thread::spawn(move || mutate(&m, &steps))
+        };
+        let read = || {
+            steps.next();
+            counters(&m.numastat(N0).expect("node 0"))
+        };
+        let (first, second) = (read(), read());
+        cpu.join().expect("cpu");
+        let last = read();
+        assert_eq!(last, AFTER);
+        for (i, ((a, b), c)) in first.iter().zip(&second).zip(&last).enumerate() {
+            assert!(
+                a <= b && b <= c,
+                "counter {i} went down: {first:?} {second:?} {last:?}"
+            );
+        }
+        settle(&m);
+    });
+}

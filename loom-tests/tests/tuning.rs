@@ -1,0 +1,132 @@
+//! Retuning the per-CPU caches (`set_pcp`) while a CPU allocates and frees through its cache.
+//!
+//! `set_pcp` promises to be a barrier: when it returns, every cache follows the new tuning, and
+//! with `PcpConfig::OFF` no frame is cached and none will be. Operations read the tuning under
+//! their cache lock and `set_pcp` drains every cache after storing it, so an operation either
+//! ran before the drain (and the drain undoes what it cached) or sees the new tuning. These
+//! models check that promise, and that the tuning is never read torn (a `batch` of one setting
+//! with the `high` of the other), in every interleaving.
+#![cfg(numaframe_loom)]
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use numaframe::{AllocFlags, Machine, NodeId, Order, PcpConfig, Pfn};
+use numaframe_loom::{SparseMem, Tiny};
+
+const N0: NodeId = NodeId::new(0);
+
+fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+/// A counter that every thread bumps before each call it races. Loom tries another order of two
+/// threads only where it sees them touch one object, and it misses some of the conflicts inside
+/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
+/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
+/// every order of the calls themselves.
+#[derive(Debug, Default)]
+struct Steps(AtomicUsize);
+
+impl Steps {
+    fn next(&self) {
+        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn boot(pcp: PcpConfig) -> Arc<Machine<'static>> {
+    let tiny = leak(Tiny::new(1, 64, &[]));
+    let mem = leak(SparseMem::default());
+    Arc::new(tiny.boot_with_cpus(mem, &[N0], pcp))
+}
+
+/// Drains and checks that every frame is free exactly once.
+fn settle(m: &Machine<'_>) {
+    m.drain_all();
+    m.check_invariants().expect("invariants");
+    let node = m.node(N0).expect("node 0");
+    assert_eq!(
+        node.free_pages(),
+        node.managed_pages(),
+        "every frame is back"
+    );
+}
+
+/// CPU 0 allocates (refilling its cache) and frees while caching is turned off. Once
+/// `set_pcp(OFF)` returns no cache holds a frame, and none does after the CPU's remaining
+/// operations either: the free ends in the zone or was drained.
+#[test]
+fn turning_caching_off_is_a_barrier() {
+    loom::model(|| {
+        let m = boot(PcpConfig { batch: 2, high: 4 });
+        let steps = Arc::new(Steps::default());
+        let cpu = {
+            let (m, steps) = (m.clone(), steps.clone());
+            loom::thread::spawn(move || {
+                let c0 = m.cpu(0).expect("cpu 0");
+                steps.next();
+                let p = m
+                    .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+                    .expect("memory");
+                steps.next();
+                m.free_cpu(c0, p, Order::ZERO).expect("own frame");
+            })
+        };
+        steps.next();
+        m.set_pcp(PcpConfig::OFF);
+        assert_eq!(m.cached_pages(), 0, "no frame cached once set_pcp returned");
+        cpu.join().expect("cpu");
+        assert_eq!(m.cached_pages(), 0, "nor cached afterwards");
+        assert_eq!(m.pcp(), PcpConfig::OFF);
+        let c0 = m.cpu(0).expect("cpu 0");
+        let q = m
+            .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+            .expect("memory");
+        m.free_cpu(c0, q, Order::ZERO).expect("own frame");
+        assert_eq!(m.cached_pages(), 0, "caching stays off");
+        settle(&m);
+    });
+}
+
+/// CPU 0 reads the tuning, allocates twice and frees twice while the tuning shrinks from
+/// batch 4, high 8 to batch 1, high 1. The CPU reads one tuning or the other, never a mix; once
+/// `set_pcp` returns and at the end, CPU 0's one list holds at most the new `high`.
+#[test]
+fn shrinking_the_tuning_holds_once_set() {
+    loom::model(|| {
+        let old = PcpConfig { batch: 4, high: 8 };
+        let new = PcpConfig { batch: 1, high: 1 };
+        let m = boot(old);
+        let cpu = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                let seen = m.pcp();
+                assert!(seen == old || seen == new, "torn tuning {seen:?}");
+                let c0 = m.cpu(0).expect("cpu 0");
+                let got: Vec<Pfn> = (0..2)
+                    .map(|_| {
+                        m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+                            .expect("memory")
+                    })
+                    .collect();
+                for &p in &got {
+                    m.free_cpu(c0, p, Order::ZERO).expect("own frame");
+                }
+            })
+        };
+        m.set_pcp(new);
+        assert!(
+            m.cached_pages() <= u64::from(new.high),
+            "{} cached once set_pcp returned",
+            m.cached_pages()
+        );
+        cpu.join().expect("cpu");
+        assert_eq!(m.pcp(), new);
+        assert!(
+            m.cached_pages() <= u64::from(new.high),
+            "{} cached at the end",
+            m.cached_pages()
+        );
+        settle(&m);
+    });
+}
