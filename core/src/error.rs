@@ -251,6 +251,15 @@ pub enum InvariantError {
         /// The pageblock's first frame.
         pfn: Pfn,
     },
+    /// A zone's count of dirty free frames disagrees with its headers and planes.
+    Dirty {
+        /// Node of the zone.
+        node: NodeId,
+        /// The zone's count.
+        counted: u64,
+        /// What the headers and planes mark dirty.
+        marked: u64,
+    },
 }
 
 impl_error!(
@@ -263,6 +272,14 @@ impl_error!(
         InvariantError::BrokenLink { pfn } =>
             write!(f, "free-list links around pfn {pfn} are broken"),
         InvariantError::Unmerged { pfn } => write!(f, "pfn {pfn} and its buddy are both free"),
+        InvariantError::Dirty {
+            node,
+            counted,
+            marked,
+        } => write!(
+            f,
+            "node {node} counts {counted} dirty free frames, its metadata marks {marked}"
+        ),
         InvariantError::Counter { node } =>
             write!(f, "counters of node {node} disagree with its lists"),
         InvariantError::Pageblock { pfn } => write!(

@@ -94,7 +94,7 @@ pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;
 pub use node::{HugeCounts, Node, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};
 pub use percpu::{CpuId, PcpConfig};
-pub use platform::PhysMemory;
+pub use platform::{FrameClearer, PhysMemory};
 pub use stats::NumaStat;
 pub use topology::{MAX_NODES, NodeId, NodeInfo, NodeMask, Topology, TopologyError};
 #[cfg(feature = "x86_64")]

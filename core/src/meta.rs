@@ -94,6 +94,10 @@ pub(crate) mod flag {
 pub(crate) struct Section {
     pub(crate) state: SectionState,
     pub(crate) flags: u8,
+    /// With [`flag::DIRTY`] set on a free section, its pageblocks before this one are clean
+    /// and the rest may be dirty (Xen's `first_dirty`, per pageblock): what a merge of a dirty
+    /// block with clean buddies, or a scrub cut short, leaves.
+    pub(crate) first_dirty: u16,
     pub(crate) next: u32,
     pub(crate) prev: u32,
 }
@@ -397,6 +401,7 @@ impl SpanMeta {
                     SectionState::Allocated(Use::Normal)
                 },
                 flags: 0,
+                first_dirty: 0,
                 next: NIL,
                 prev: NIL,
             };
@@ -818,22 +823,37 @@ impl ZoneMeta {
 
     /// Gives section `s` a pageblock array (from the pool) with every header `template`, and
     /// sets it `Split`. `Err(Short::Arrays)` if the pool has none to spare for `need`; nothing
-    /// changes then. A section that has one keeps it.
+    /// changes then. A section that has one keeps it. With [`flag::DIRTY`] in the template,
+    /// the pageblocks before the section's `first_dirty` get it cleared: the clean part of a
+    /// free section stays known clean.
     pub(crate) fn split_section(
         &mut self,
         s: SecRef,
         template: PbHeader,
         need: Need,
     ) -> Result<(), Short> {
-        let (_, pbs) = self.section_cell_copy(s).ok_or(Short::Arrays)?;
+        let (sec, pbs) = self.section_cell_copy(s).ok_or(Short::Arrays)?;
         if pbs.is_none() {
             let array = self.pool.take_array(need).ok_or(Short::Arrays)?;
+            let clean_below = if template.flags & flag::DIRTY != 0 {
+                usize::from(sec.first_dirty)
+            } else {
+                0
+            };
             for i in 0..usize::from(array.len) {
+                let header = if i < clean_below {
+                    PbHeader {
+                        flags: template.flags & !flag::DIRTY,
+                        ..template
+                    }
+                } else {
+                    template
+                };
                 // SAFETY: the array is ours (just taken) and holds `len` cells; the `&mut self`
                 // borrow excludes every other access.
                 unsafe { array.ptr.add(i).as_ref() }.with_mut(|p| {
                     // SAFETY: as above.
-                    unsafe { (*p).header = template };
+                    unsafe { (*p).header = header };
                 });
             }
             self.set_section_array(s, Some(array));

@@ -3,7 +3,9 @@
 
 use crate::addr::{NR_ORDERS, Order, Pfn, PhysRange};
 use crate::bitmap::Plane;
-use crate::buddy::{Found, FreeArea, HotFrames, Lent, NoBlock, PageblockCounts, PageblockInfo};
+use crate::buddy::{
+    Found, FreeArea, Got, HotFrames, Lent, NoBlock, PageblockCounts, PageblockInfo,
+};
 use crate::error::{FreeError, InvariantError};
 use crate::meta::{Class, PB_SHIFT, PbRef, Seed, Short, SpanMeta, Use};
 use crate::platform::Mapped;
@@ -63,6 +65,10 @@ pub struct ZoneCounters {
     pub managed: u64,
     /// The watermarks in force.
     pub marks: Watermarks,
+    /// Free pages that may hold data of their last owner (not counting those lent to CPUs):
+    /// what a zeroed allocation would clear, and what [`Machine::scrub`](crate::Machine::scrub)
+    /// has left to do.
+    pub dirty: u64,
 }
 
 /// A huge-page pool's page counts
@@ -155,12 +161,13 @@ impl Zone {
         self.inner.lock().area.can_add(range)
     }
 
-    /// Adds a span and frees all its frames; the caller checked [`Zone::can_add`].
-    pub(crate) fn add_span(&self, span: SpanMeta, seed: Seed) {
+    /// Adds a span and frees all its frames, dirty unless `zeroed`; the caller checked
+    /// [`Zone::can_add`].
+    pub(crate) fn add_span(&self, span: SpanMeta, seed: Seed, zeroed: bool) {
         let frames = span.range.frames();
         let mut z = self.inner.lock();
         // The seed covers the edge pageblocks a span has, so this cannot run short.
-        let _ = z.area.add_span(span, seed);
+        let _ = z.area.add_span(span, seed, zeroed);
         // Relaxed: see `has_memory`.
         self.managed.fetch_add(frames, Ordering::Relaxed);
     }
@@ -171,8 +178,15 @@ impl Zone {
         z.marks = watermarks(min_free_pages, z.area.managed_pages, total_managed);
     }
 
-    /// One block of `order` for `class` if the zone stays above `mark` afterwards.
-    pub(crate) fn alloc(&self, order: Order, mark: Mark, class: Class) -> Result<Pfn, Refused> {
+    /// One block of `order` for `class` if the zone stays above `mark` afterwards, with the
+    /// part of it that may be dirty; `zero` prefers clean frames.
+    pub(crate) fn alloc(
+        &self,
+        order: Order,
+        mark: Mark,
+        class: Class,
+        zero: bool,
+    ) -> Result<Got, Refused> {
         let mut z = self.inner.lock();
         if z.headroom(mark) < order.frames() {
             return Err(Refused::Empty);
@@ -180,37 +194,40 @@ impl Zone {
         Ok(if order.get() >= PB_SHIFT as u8 {
             z.area.alloc_big(order.get(), Use::Normal)?
         } else {
-            z.area.alloc_small(order.get(), class)?
+            z.area.alloc_small(order.get(), class, zero)?
         })
     }
 
     /// Order-0 frames into `out`, as many as the zone can give above `mark`, under one lock.
-    /// Returns how many, and why it stopped short of the headroom it had.
+    /// Returns how many, how many of them (the last ones, with `zero`) may be dirty, and why it
+    /// stopped short of the headroom it had.
     pub(crate) fn alloc_bulk(
         &self,
         out: &mut [Pfn],
         mark: Mark,
         class: Class,
-    ) -> (usize, Option<Refused>) {
+        zero: bool,
+    ) -> (usize, usize, Option<Refused>) {
         let mut z = self.inner.lock();
         let n = (z.headroom(mark).min(out.len() as u64)) as usize;
-        let (got, why) = z.area.alloc_bulk(&mut out[..n], class);
-        (got, why.map(Refused::from))
+        let (got, dirty, why) = z.area.alloc_bulk(&mut out[..n], class, zero);
+        (got, dirty, why.map(Refused::from))
     }
 
-    /// Frees one block (checked); frames of a pageblock lent to a CPU are freed through
-    /// `hot`. On error nothing changes.
+    /// Frees one block (checked), dirty or clean; frames of a pageblock lent to a CPU are
+    /// freed through `hot`. On error nothing changes.
     pub(crate) fn free(
         &self,
         pfn: Pfn,
         order: Order,
         hot: &dyn HotFrames,
+        dirty: bool,
     ) -> Result<(), FreeError> {
         let mut z = self.inner.lock();
-        match z.area.free(pfn, order)? {
+        match z.area.free(pfn, order, dirty)? {
             Found::Hot { r, off } => {
                 let (cpu, slot) = z.area.holder(r).ok_or(FreeError::NotAllocated { pfn })?;
-                hot.free(cpu, slot, off, order.get(), pfn)
+                hot.free(cpu, slot, off, order.get(), pfn, dirty)
             }
             _ => Ok(()),
         }
@@ -305,8 +322,8 @@ impl Zone {
         n
     }
 
-    /// A free page from the pool of `order`.
-    pub(crate) fn pool_take(&self, order: Order) -> Option<Pfn> {
+    /// A free page from the pool of `order`, with the part of it that may be dirty.
+    pub(crate) fn pool_take(&self, order: Order) -> Option<Got> {
         self.inner.lock().area.pool_take(order)
     }
 
@@ -328,6 +345,7 @@ impl Zone {
             free: z.area.free_pages,
             managed: z.area.managed_pages,
             marks: z.marks,
+            dirty: z.area.dirty_pages(),
         }
     }
 

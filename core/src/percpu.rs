@@ -27,7 +27,7 @@ use core::fmt;
 
 use crate::addr::{Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
-use crate::buddy::{HotFrames, Lent};
+use crate::buddy::{Got, HotFrames, Lent};
 use crate::error::{FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
 use crate::node::{Mark, Node, Refused, Zone, ZoneKind};
@@ -405,7 +405,7 @@ impl<'a> Caches<'a> {
     }
 
     /// Pops a free frame of the pageblock `cpu` holds for (node, zone, class), if it has one,
-    /// counting the event. Takes no zone lock.
+    /// counting the event, and says whether it may be dirty. Takes no zone lock.
     pub(crate) fn pop(
         &self,
         cpu: CpuId,
@@ -413,7 +413,7 @@ impl<'a> Caches<'a> {
         zone: &Zone,
         class: Class,
         asker: Asker,
-    ) -> Option<Pfn> {
+    ) -> Option<(Pfn, bool)> {
         let pc = self.cpus.get(cpu.index())?;
         let mut c = pc.cache.lock();
         let key = Key {
@@ -429,8 +429,9 @@ impl<'a> Caches<'a> {
         Some(pfn)
     }
 
-    /// Takes a free frame off a slot: from its stack, else from frames others freed into it.
-    fn pop_slot(slot: &mut Slot, states: &SlotStates) -> Option<Pfn> {
+    /// Takes a free frame off a slot: from its stack, else from frames others freed into it;
+    /// `true` with it if it may be dirty.
+    fn pop_slot(slot: &mut Slot, states: &SlotStates) -> Option<(Pfn, bool)> {
         if slot.len == 0 {
             // Relaxed: the swaps of remote frees are read below with Acquire.
             if states.remote.swap(0, Ordering::Relaxed) == 0 {
@@ -448,17 +449,27 @@ impl<'a> Caches<'a> {
         }
         slot.len = slot.len.checked_sub(1)?;
         let off = usize::from(slot.stack[slot.len]);
-        // Only the owner changes a free frame's byte, so a store suffices; a free of the frame
-        // from now on swaps it back (Relaxed: the frame's contents are ordered by whoever hands
-        // the frame to its next user).
-        states.states[off].store(state::HELD, Ordering::Relaxed);
-        Some(Pfn::new(slot.base.get() + off as u64))
+        // Only the owner changes a free frame's byte, so nothing races this swap but it reads
+        // the frame's dirty state; a free of the frame from now on swaps it back (Relaxed: the
+        // frame's contents are ordered by whoever hands the frame to its next user).
+        let was = states.states[off].swap(state::HELD, Ordering::Relaxed);
+        Some((
+            Pfn::new(slot.base.get() + off as u64),
+            was != state::FREE_CLEAN,
+        ))
     }
 
     /// Takes an order-0 frame of `zone` on `node` for `cpu` and `class`: from its pageblock,
     /// else from a new pageblock its zone lends above `mark`, else (caching off, under
     /// pressure, or from the reserves) one frame straight from the zone. Counts the event.
-    pub(crate) fn take(&self, cpu: CpuId, want: &Want<'_>, nodes: &[Node]) -> Result<Pfn, Refused> {
+    /// `zero` prefers a clean frame where the zone picks it.
+    pub(crate) fn take(
+        &self,
+        cpu: CpuId,
+        want: &Want<'_>,
+        nodes: &[Node],
+        zero: bool,
+    ) -> Result<Got, Refused> {
         let Want {
             node,
             kind,
@@ -476,7 +487,7 @@ impl<'a> Caches<'a> {
         };
         let held = c.slots.iter().position(|s| s.key == Some(key));
         if let Some(i) = held
-            && let Some(pfn) = Self::pop_slot(&mut c.slots[i], &pc.states[i])
+            && let Some((pfn, dirty)) = Self::pop_slot(&mut c.slots[i], &pc.states[i])
         {
             count(
                 c.events,
@@ -485,7 +496,7 @@ impl<'a> Caches<'a> {
                 node.id(),
                 asker.interleave,
             );
-            return Ok(pfn);
+            return Ok(frame(pfn, dirty));
         }
         let pfn = match self.caching() {
             // Emergency reserves go to the caller, not into a cache.
@@ -503,9 +514,11 @@ impl<'a> Caches<'a> {
                 })?;
                 c.clock += 1;
                 c.slots[i].used = c.clock;
-                Self::pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?
+                let (pfn, dirty) =
+                    Self::pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?;
+                frame(pfn, dirty)
             }
-            _ => zone.alloc(Order::ZERO, mark, class)?,
+            _ => zone.alloc(Order::ZERO, mark, class, zero)?,
         };
         count(
             c.events,
@@ -529,15 +542,16 @@ impl<'a> Caches<'a> {
         node.zone(key.zone).take_back(slot.r, || planes_of(states));
     }
 
-    /// Frees an order-0 frame from `cpu`: into its own pageblock with one swap, or to its zone
-    /// (under the zone lock) when another CPU holds it or nobody does. `locate` finds the span
-    /// of a frame outside the CPU's last one (it takes no lock).
+    /// Frees an order-0 frame from `cpu`, dirty or clean: into its own pageblock with one
+    /// swap, or to its zone (under the zone lock) when another CPU holds it or nobody does.
+    /// `locate` finds the span of a frame outside the CPU's last one (it takes no lock).
     pub(crate) fn free(
         &self,
         cpu: CpuId,
         pfn: Pfn,
         nodes: &[Node],
         locate: impl FnOnce(Pfn) -> Option<LastSpan>,
+        dirty: bool,
     ) -> Result<(), FreeError> {
         let pc = self
             .cpus
@@ -551,7 +565,7 @@ impl<'a> Caches<'a> {
             // frame's last writes before its next allocation.
             if let Err(found) = states.states[off].compare_exchange(
                 state::HELD,
-                state::FREE_DIRTY,
+                freed(dirty),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
@@ -575,7 +589,7 @@ impl<'a> Caches<'a> {
             .ok_or(FreeError::Foreign { pfn })?
             .zone(last.zone);
         drop(c);
-        zone.free(pfn, Order::ZERO, self)
+        zone.free(pfn, Order::ZERO, self, dirty)
     }
 
     /// Gives back to their zones the pageblocks `cpu` holds for the (node, zone) pairs `wanted`
@@ -674,6 +688,25 @@ impl<'a> Caches<'a> {
     }
 }
 
+/// The byte of a frame freed dirty or clean.
+fn freed(dirty: bool) -> u8 {
+    if dirty {
+        state::FREE_DIRTY
+    } else {
+        state::FREE_CLEAN
+    }
+}
+
+/// A frame popped from a cache, as a zone's allocation reports one.
+fn frame(pfn: Pfn, dirty: bool) -> Got {
+    Got {
+        pfn,
+        dirty: dirty
+            .then(|| PhysRange::new(pfn, Pfn::new(pfn.get() + 1)))
+            .flatten(),
+    }
+}
+
 /// Free frames of a state array.
 fn free_frames(states: &SlotStates) -> u64 {
     states
@@ -751,7 +784,15 @@ impl HotFrames for Caches<'_> {
         }
     }
 
-    fn free(&self, cpu: u32, slot: u8, off: usize, order: u8, pfn: Pfn) -> Result<(), FreeError> {
+    fn free(
+        &self,
+        cpu: u32,
+        slot: u8,
+        off: usize,
+        order: u8,
+        pfn: Pfn,
+        dirty: bool,
+    ) -> Result<(), FreeError> {
         let states = self
             .states_of(cpu, slot)
             .ok_or(FreeError::NotAllocated { pfn })?;
@@ -760,14 +801,14 @@ impl HotFrames for Caches<'_> {
         // the only writers of a handed-out frame's byte.
         s.compare_exchange(
             state::HELD | order,
-            state::FREE_DIRTY,
+            freed(dirty),
             Ordering::AcqRel,
             Ordering::Acquire,
         )
         .map_err(|found| misuse(found, pfn, order))?;
         for k in 1..1usize << order {
             // Release: the block's frames are free for the owner once it sees the count below.
-            states.states[off + k].store(state::FREE_DIRTY, Ordering::Release);
+            states.states[off + k].store(freed(dirty), Ordering::Release);
         }
         // Release: the owner's swap of the count (then an Acquire load per byte) finds them.
         states.remote.fetch_add(1 << order, Ordering::Release);

@@ -6,6 +6,10 @@
 //! time, the few frames at a time it takes from its own free memory for pageblock metadata
 //! (always with no allocator lock held). It never asks for a frame it hands out, and never reads
 //! or writes the contents of a free frame.
+//!
+//! Clearing frames goes through a seam of its own, [`FrameClearer`]: the core asks the platform
+//! to zero frames it is about to hand out zeroed, or free frames it scrubs, and never writes
+//! them itself.
 
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
@@ -27,6 +31,19 @@ use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
 pub unsafe trait PhysMemory: Sync {
     /// A pointer to the first byte of `range`, or `None` if the platform cannot map it.
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>>;
+}
+
+/// How the platform clears frames: the only way frame contents change on the core's behalf.
+///
+/// The core calls [`clear`](FrameClearer::clear) only on frames that belong to nobody at that
+/// moment: frames it is about to return from an allocation, or free frames it took off its
+/// lists to scrub. It holds no lock while it does, so any CPU may call it, hence `Sync`.
+pub trait FrameClearer: Sync {
+    /// Writes zeros over every byte of `range`, so that whoever reads the frames next sees
+    /// zeros, including a reader that bypasses the caches (a guest running with caches off, a
+    /// device): where the architecture needs it, the implementation cleans the lines to the
+    /// point of coherency before it returns.
+    fn clear(&self, range: PhysRange);
 }
 
 /// Maps `range` through `mem`, refusing a pointer that breaks the alignment promise of

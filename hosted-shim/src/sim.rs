@@ -9,7 +9,8 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 
 use numaframe::{
-    BootError, BootOptions, Machine, MemoryRange, NodeId, PAGE_SIZE, Pfn, PhysMemory, PhysRange,
+    BootError, BootOptions, FrameClearer, Machine, MemoryRange, NodeId, PAGE_SIZE, Pfn, PhysMemory,
+    PhysRange,
 };
 
 use crate::spec::MachineSpec;
@@ -154,6 +155,29 @@ unsafe impl PhysMemory for SimMemory {
     }
 }
 
+/// Clears frames with a plain `memset` of the arena (the host's caches are coherent, so no
+/// clean to memory follows). A range outside every arena is left alone.
+impl FrameClearer for SimMemory {
+    fn clear(&self, range: PhysRange) {
+        let start = range.start().addr().get();
+        let Some(a) = self
+            .arenas
+            .iter()
+            .find(|a| a.contains(start, range.bytes()))
+        else {
+            return;
+        };
+        // SAFETY: `contains` checked that the range lies inside the arena's mapping, and the
+        // allocator clears only frames that nobody owns while it does (free frames it scrubs,
+        // or frames it is about to hand out), so no reference to them exists.
+        unsafe {
+            a.ptr
+                .add((start - a.base) as usize)
+                .write_bytes(0, range.bytes() as usize);
+        }
+    }
+}
+
 /// A simulated machine: the memory and the memory ranges of a [`MachineSpec`].
 #[derive(Debug)]
 pub struct Sim<'s> {
@@ -196,12 +220,13 @@ impl<'s> Sim<'s> {
         })
     }
 
-    /// Boots the core over the simulated memory.
+    /// Boots the core over the simulated memory, clearing frames through it.
     ///
     /// # Errors
     /// The core's [`BootError`].
     pub fn boot(&self, opts: BootOptions) -> Result<Machine<'_>, BootError> {
         Machine::boot(self.spec.topology(), &self.memory, &self.ranges, opts)
+            .map(|m| m.with_clearer(&self.memory))
     }
 
     /// The memory ranges handed to the core.

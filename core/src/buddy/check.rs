@@ -216,6 +216,14 @@ impl FreeArea {
         if free != self.free_pages || self.free_pages > self.managed_pages {
             return Err(counter);
         }
+        let marked = self.marked_dirty();
+        if marked != self.dirty_pages || marked > self.free_pages {
+            return Err(InvariantError::Dirty {
+                node,
+                counted: self.dirty_pages,
+                marked,
+            });
+        }
         for (i, order) in [Order::HUGE_2M, Order::MAX].into_iter().enumerate() {
             let mut cur = self.pools[i].head;
             let mut n = 0;
@@ -252,6 +260,43 @@ impl FreeArea {
             }
         }
         Ok(())
+    }
+
+    /// The free frames the headers and planes mark dirty, counted from scratch: free sections
+    /// by their flags, every pageblock of split sections by its own.
+    fn marked_dirty(&self) -> u64 {
+        let mut dirty = 0;
+        for (slot, span) in self.meta.spans() {
+            for s in 0..span.sections() {
+                let sec = SecRef {
+                    span: slot,
+                    index: s,
+                };
+                match self.meta.section(sec) {
+                    Some(x) if x.state == SectionState::Free => {
+                        dirty += super::dirty::section_frames_dirty(&x);
+                    }
+                    Some(x) if x.state == SectionState::Split => {
+                        let first = span.first_pb(s);
+                        let last = if s + 1 == span.sections() {
+                            span.pageblocks()
+                        } else {
+                            span.first_pb(s + 1)
+                        };
+                        dirty += (first..last)
+                            .map(|pb| {
+                                self.pb_dirty(PbRef {
+                                    span: slot,
+                                    index: pb,
+                                })
+                            })
+                            .sum::<u64>();
+                    }
+                    _ => {}
+                }
+            }
+        }
+        dirty
     }
 
     /// A free block of `order` at `pfn` (pageblock `r`) must not have a free buddy of its order.

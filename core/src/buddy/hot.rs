@@ -33,8 +33,8 @@ pub(crate) struct Lent {
 /// The state arrays of the CPUs holding pageblocks of a zone, as frees under the zone lock see
 /// them.
 pub(crate) trait HotFrames {
-    /// Frees the block of `order` at offset `off` of the pageblock that `cpu` holds in `slot`;
-    /// `pfn` names it in errors. On error nothing changes.
+    /// Frees the block of `order` at offset `off` of the pageblock that `cpu` holds in `slot`,
+    /// dirty or clean; `pfn` names it in errors. On error nothing changes.
     fn free(
         &self,
         cpu: u32,
@@ -42,6 +42,7 @@ pub(crate) trait HotFrames {
         off: usize,
         order: u8,
         pfn: Pfn,
+        dirty: bool,
     ) -> Result<(), crate::error::FreeError>;
     /// Claims the order-0 frame at offset `off` for a bulk free: no other free of it can win
     /// until [`HotFrames::commit`] frees it or [`HotFrames::unclaim`] gives it back.
@@ -80,12 +81,15 @@ impl FreeArea {
             .meta
             .span(r.span)
             .map_or((0, 0), |s| s.pb_frames(r.index));
-        self.meta.update_pb(r, |h| {
-            h.state = PbState::Hot;
-            h.bucket = 0;
-            h.next = cpu;
-            h.prev = u32::from(slot);
-            h.flags &= !flag::REPORTED;
+        // Its dirty frames are the CPU's to track until it comes back.
+        self.tracking(r, |a| {
+            a.meta.update_pb(r, |h| {
+                h.state = PbState::Hot;
+                h.bucket = 0;
+                h.next = cpu;
+                h.prev = u32::from(slot);
+                h.flags &= !flag::REPORTED;
+            })
         });
         self.free_pages -= u64::from(h.free);
         take(&Lent {
@@ -108,25 +112,29 @@ impl FreeArea {
         // Frames outside the span are set in every allocation plane.
         let free = FRAMES - alloc.count();
         // Blocks above order 0 may have been freed while the pageblock was lent.
-        let multi = self
-            .meta
-            .update_planes(r, |a, x| {
-                *a = alloc;
-                x.map_or(0, |x| {
-                    *x = extra;
-                    multi_blocks(&alloc, &extra)
+        self.tracking(r, |a| {
+            let multi = a
+                .meta
+                .update_planes(r, |a, x| {
+                    *a = alloc;
+                    x.map_or(0, |x| {
+                        *x = extra;
+                        multi_blocks(&alloc, &extra)
+                    })
                 })
-            })
-            .unwrap_or(0);
-        self.meta.update_pb(r, |h| {
-            h.state = PbState::Split;
-            h.free = free as u16;
-            h.multi = multi;
-            h.next = NIL;
-            h.prev = NIL;
-            if dirty {
-                h.flags |= flag::DIRTY;
-            }
+                .unwrap_or(0);
+            a.meta.update_pb(r, |h| {
+                h.state = PbState::Split;
+                h.free = free as u16;
+                h.multi = multi;
+                h.next = NIL;
+                h.prev = NIL;
+                if dirty {
+                    h.flags |= flag::DIRTY;
+                } else {
+                    h.flags &= !flag::DIRTY;
+                }
+            });
         });
         self.free_pages += free as u64;
         self.settle(r);

@@ -12,10 +12,12 @@
 #![deny(unsafe_code)]
 
 mod check;
+mod dirty;
 mod hot;
 mod small;
 
 pub use check::{PageblockCounts, PageblockInfo, PageblockKind};
+pub(crate) use dirty::Got;
 pub(crate) use hot::{HotFrames, Lent};
 
 use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
@@ -64,7 +66,8 @@ enum Big {
 ///   `header.bucket`, the spare slot, a CPU (state `Hot`), or nowhere when it has no free frame;
 ///   its `free` equals the clear bits of its allocation plane;
 /// - `free_pages` is the sum of free frames over the lists and split pageblocks (a hot
-///   pageblock's frames count as handed out), and `free_pages <= managed_pages`.
+///   pageblock's frames count as handed out), and `free_pages <= managed_pages`;
+/// - `dirty_pages` is the number of those free frames the metadata marks dirty (see `dirty`).
 #[derive(Debug)]
 pub(crate) struct FreeArea {
     pub(crate) meta: ZoneMeta,
@@ -74,6 +77,7 @@ pub(crate) struct FreeArea {
     spare: [Option<PbRef>; Class::ALL.len()],
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
+    dirty_pages: u64,
     /// Huge-page pools, 2 MiB then 1 GiB.
     pools: [HugePool; 2],
     /// Whom the metadata pool serves right now: its own growth may use its reserve.
@@ -117,6 +121,7 @@ impl FreeArea {
             spare: [None; Class::ALL.len()],
             free_pages: 0,
             managed_pages: 0,
+            dirty_pages: 0,
             pools: [HugePool {
                 head: NIL,
                 free: 0,
@@ -144,6 +149,7 @@ impl FreeArea {
     /// meanwhile); `None` if there is none.
     pub(crate) fn section_for_array(&mut self) -> Option<Pfn> {
         let b = Self::unpack(MAX_ORDER, self.heads[Self::list(MAX_ORDER)])?;
+        self.dirty_pages -= self.block_dirty(b, MAX_ORDER);
         self.unlink_big(b, MAX_ORDER);
         self.mark_allocated(b, MAX_ORDER, Use::Normal);
         self.free_pages -= Order::MAX.frames();
@@ -164,7 +170,7 @@ impl FreeArea {
             ..PbHeader::NEW
         };
         if !self.meta.host_section(s, slab, template) {
-            self.free_big(base, MAX_ORDER);
+            self.free_big(base, MAX_ORDER, true);
             return;
         }
         let first = self.meta.span(s.span).map_or(0, |x| x.first_pb(s.index));
@@ -183,6 +189,7 @@ impl FreeArea {
             // No plane for the first pageblock: it stays allocated whole (2 MiB of metadata).
             self.mark_allocated(Big::Pb(r), PB_SHIFT as u8, Use::Normal);
             self.free_pages += Order::MAX.frames() - (1 << PB_SHIFT);
+            self.dirty_pages += Order::MAX.frames() - (1 << PB_SHIFT);
             return;
         }
         self.meta.update_pb(r, |h| {
@@ -191,6 +198,7 @@ impl FreeArea {
             h.free = (FRAMES - used) as u16;
         });
         self.free_pages += Order::MAX.frames() - used as u64;
+        self.dirty_pages += Order::MAX.frames() - used as u64;
         self.settle(r);
     }
 
@@ -201,10 +209,17 @@ impl FreeArea {
             && range.frames() >> PB_SHIFT < 1 << 27
     }
 
-    /// Adds a span and frees all its frames: whole sections as 1 GiB blocks, the pageblocks of
-    /// edge sections one by one (merged as they go), edge pageblocks as split ones. Costs
-    /// O(sections + pageblocks of edge sections). The caller checked [`FreeArea::can_add`].
-    pub(crate) fn add_span(&mut self, span: SpanMeta, seed: Seed) -> Result<(), Short> {
+    /// Adds a span and frees all its frames, dirty unless `zeroed`: whole sections as 1 GiB
+    /// blocks, the pageblocks of edge sections one by one (merged as they go), edge pageblocks
+    /// as split ones. Costs O(sections + pageblocks of edge sections). The caller checked
+    /// [`FreeArea::can_add`].
+    pub(crate) fn add_span(
+        &mut self,
+        span: SpanMeta,
+        seed: Seed,
+        zeroed: bool,
+    ) -> Result<(), Short> {
+        let flags = if zeroed { 0 } else { flag::DIRTY };
         let range = span.range;
         let Some(slot) = self.meta.add(span, seed) else {
             return Ok(());
@@ -216,9 +231,15 @@ impl FreeArea {
                 index: s,
             };
             if section_is_whole(range, u64::from(s)) {
-                self.meta.update_section(sec, |x| x.flags = flag::DIRTY);
+                self.meta.update_section(sec, |x| {
+                    x.flags = flags;
+                    x.first_dirty = 0;
+                });
                 self.push_big(Big::Section(sec), MAX_ORDER);
                 self.free_pages += Order::MAX.frames();
+                if !zeroed {
+                    self.dirty_pages += Order::MAX.frames();
+                }
                 continue;
             }
             let first = span.first_pb(s);
@@ -233,11 +254,14 @@ impl FreeArea {
                     index: pb,
                 };
                 if span.pb_is_whole(pb) {
-                    self.meta.update_pb(r, |h| h.flags = flag::DIRTY);
-                    self.merge_big(r, 9);
+                    self.meta.update_pb(r, |h| h.flags = flags);
                     self.free_pages += 1 << PB_SHIFT;
+                    if !zeroed {
+                        self.dirty_pages += 1 << PB_SHIFT;
+                    }
+                    self.merge_big(r, 9);
                 } else {
-                    self.add_edge_pb(r, &span)?;
+                    self.add_edge_pb(r, &span, flags)?;
                 }
             }
         }
@@ -423,15 +447,21 @@ impl FreeArea {
     }
 
     /// Allocates a block of `order` (9..=18) as `what`: its head `Allocated`, its other
-    /// pageblocks `AllocatedTail`.
-    pub(crate) fn alloc_big(&mut self, order: u8, what: Use) -> Result<Pfn, NoBlock> {
+    /// pageblocks `AllocatedTail`. The block keeps its dirty flags (a pool page's say whether
+    /// it is dirty).
+    pub(crate) fn alloc_big(&mut self, order: u8, what: Use) -> Result<Got, NoBlock> {
         let b = match self.take_big(order) {
             Err(NoBlock::Empty) if self.release_spares() => self.take_big(order)?,
             r => r?,
         };
+        self.dirty_pages -= self.block_dirty(b, order);
+        let dirty = self.block_dirty_range(b, order);
         self.mark_allocated(b, order, what);
         self.free_pages -= 1 << order;
-        Ok(self.base(b))
+        Ok(Got {
+            pfn: self.base(b),
+            dirty,
+        })
     }
 
     fn mark_allocated(&mut self, b: Big, order: u8, what: Use) {
@@ -457,22 +487,22 @@ impl FreeArea {
         }
     }
 
-    /// Frees the block of `order` (9..=18) at `pfn`, merging it with its free buddies; the
-    /// caller checked it is allocated as such.
-    fn free_big(&mut self, pfn: Pfn, order: u8) {
+    /// Frees the block of `order` (9..=18) at `pfn`, dirty or clean, merging it with its free
+    /// buddies; the caller checked it is allocated as such.
+    fn free_big(&mut self, pfn: Pfn, order: u8, dirty: bool) {
         self.free_pages += 1 << order;
+        if dirty {
+            self.dirty_pages += 1 << order;
+        }
         if order == MAX_ORDER {
             if let Some(s) = self.sec_ref(pfn) {
-                self.meta.update_section(s, |x| x.flags |= flag::DIRTY);
+                self.set_block_dirty(Big::Section(s), order, dirty);
                 self.push_big(Big::Section(s), MAX_ORDER);
             }
             return;
         }
         if let Some(r) = self.pb_ref(pfn) {
-            for i in 0..1u32 << (order - PB_SHIFT as u8) {
-                self.meta
-                    .update_pb(Self::pb_plus(r, i), |h| h.flags |= flag::DIRTY);
-            }
+            self.set_block_dirty(Big::Pb(r), order, dirty);
             self.merge_big(r, order);
         }
     }
@@ -528,21 +558,30 @@ impl FreeArea {
                     span: r.span,
                     index: s,
                 };
-                let dirty = (0..PBS_PER_SECTION as u32).any(|i| {
+                let head = PbRef {
+                    span: r.span,
+                    index: first,
+                };
+                // The merged section keeps its clean prefix; a clean pageblock after its first
+                // dirty one now counts as dirty.
+                let before = self.block_dirty(Big::Pb(head), MAX_ORDER - 1)
+                    + self.block_dirty(Big::Pb(Self::pb_plus(head, half)), MAX_ORDER - 1);
+                let first_dirty = (0..PBS_PER_SECTION as u32).find(|&i| {
                     self.meta
-                        .pb(Self::pb_plus(
-                            PbRef {
-                                span: r.span,
-                                index: first,
-                            },
-                            i,
-                        ))
+                        .pb(Self::pb_plus(head, i))
                         .is_some_and(|h| h.flags & flag::DIRTY != 0)
                 });
                 self.meta.join_section(sec, SectionState::Free);
                 self.meta.update_section(sec, |x| {
-                    x.flags = if dirty { flag::DIRTY } else { 0 };
+                    x.flags = if first_dirty.is_some() {
+                        flag::DIRTY
+                    } else {
+                        0
+                    };
+                    x.first_dirty = first_dirty.unwrap_or(0) as u16;
                 });
+                let after = self.block_dirty(Big::Section(sec), MAX_ORDER);
+                self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
                 self.push_big(Big::Section(sec), MAX_ORDER);
                 return;
             }
@@ -565,22 +604,38 @@ impl FreeArea {
     /// Turns a wholly free split pageblock back into a free order-9 block (its planes go back
     /// to the pool) and merges it.
     fn unsplit(&mut self, r: PbRef) {
+        let before = self.pb_dirty(r);
         self.meta.drop_planes(r);
         self.meta.update_pb(r, |h| {
             h.free = 0;
             h.multi = 0;
             h.bucket = 0;
+            if before > 0 {
+                h.flags |= flag::DIRTY;
+            } else {
+                h.flags &= !flag::DIRTY;
+            }
         });
+        // A pageblock with a dirty frame is dirty as a whole once it is not split.
+        if before > 0 {
+            self.dirty_pages += FRAMES as u64 - before;
+        }
         self.merge_big(r, PB_SHIFT as u8);
     }
 
     /// Checks that `pfn` heads a whole-pageblock block allocated with `order` as `what` and
-    /// frees it; on error nothing changes.
-    pub(crate) fn free_whole(&mut self, pfn: Pfn, order: u8, what: Use) -> Result<(), FreeError> {
+    /// frees it, dirty or clean; on error nothing changes.
+    pub(crate) fn free_whole(
+        &mut self,
+        pfn: Pfn,
+        order: u8,
+        what: Use,
+        dirty: bool,
+    ) -> Result<(), FreeError> {
         let found = self.whole_at(pfn)?;
         match found {
             Some((o, w)) if o == order && w == what => {
-                self.free_big(pfn, order);
+                self.free_big(pfn, order, dirty);
                 Ok(())
             }
             Some((_, Use::Pooled)) => Err(FreeError::DoubleFree { pfn }),
@@ -623,7 +678,7 @@ impl FreeArea {
     /// Moves one block of a huge-page `order` from the buddy into the pool.
     pub(crate) fn pool_grow(&mut self, order: Order) -> Result<(), NoBlock> {
         let i = pool_index(order).ok_or(NoBlock::Empty)?;
-        let pfn = self.alloc_big(order.get(), Use::Pooled)?;
+        let pfn = self.alloc_big(order.get(), Use::Pooled)?.pfn;
         self.pool_link(i, pfn);
         self.pools[i].total += 1;
         Ok(())
@@ -683,11 +738,23 @@ impl FreeArea {
         }
     }
 
-    /// Takes a free page from the pool of `order`.
-    pub(crate) fn pool_take(&mut self, order: Order) -> Option<Pfn> {
+    /// The block of a pool page of `order` at `pfn`.
+    fn pool_block(&self, pfn: Pfn, order: Order) -> Option<Big> {
+        if order == Order::MAX {
+            self.sec_ref(pfn).map(Big::Section)
+        } else {
+            self.pb_ref(pfn).map(Big::Pb)
+        }
+    }
+
+    /// Takes a free page from the pool of `order`, with the part of it that may be dirty.
+    pub(crate) fn pool_take(&mut self, order: Order) -> Option<Got> {
         let pfn = self.pool_pop(pool_index(order)?)?;
         self.set_use(pfn, order, Use::Huge);
-        Some(pfn)
+        let dirty = self
+            .pool_block(pfn, order)
+            .and_then(|b| self.block_dirty_range(b, order.get()));
+        Some(Got { pfn, dirty })
     }
 
     /// Returns a pool page; on error nothing changes.
@@ -715,6 +782,10 @@ impl FreeArea {
             Found::Hot { .. } => return Err(FreeError::NotAllocated { pfn }),
         }
         self.set_use(pfn, order, Use::Pooled);
+        // Its last owner's data is in it.
+        if let Some(b) = self.pool_block(pfn, order) {
+            self.set_block_dirty(b, order.get(), true);
+        }
         self.pool_link(i, pfn);
         Ok(())
     }
@@ -728,7 +799,10 @@ impl FreeArea {
             return false;
         };
         self.pools[i].total -= 1;
-        self.free_big(pfn, order.get());
+        let dirty = self
+            .pool_block(pfn, order)
+            .is_some_and(|b| self.block_dirty(b, order.get()) > 0);
+        self.free_big(pfn, order.get(), dirty);
         true
     }
 

@@ -9,6 +9,7 @@
 //! is left does it steal the emptiest pageblock of the other class.
 #![deny(unsafe_code)]
 
+use super::dirty::{Got, range_of};
 use super::{Big, FreeArea, NoBlock};
 use crate::addr::{Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
@@ -85,8 +86,14 @@ impl FreeArea {
         });
     }
 
-    /// Makes an edge pageblock a split one: its frames outside the span stay allocated forever.
-    pub(super) fn add_edge_pb(&mut self, r: PbRef, span: &SpanMeta) -> Result<(), Short> {
+    /// Makes an edge pageblock a split one with `flags`: its frames outside the span stay
+    /// allocated forever.
+    pub(super) fn add_edge_pb(
+        &mut self,
+        r: PbRef,
+        span: &SpanMeta,
+        flags: u8,
+    ) -> Result<(), Short> {
         let (lo, hi) = span.pb_frames(r.index);
         let mut alloc = Plane::FULL;
         alloc.fill(lo, hi - lo, false);
@@ -94,11 +101,14 @@ impl FreeArea {
         self.meta.update_pb(r, |h| {
             h.state = PbState::Split;
             h.class = Class::Long;
-            h.flags = flag::DIRTY;
+            h.flags = flags;
             h.free = (hi - lo) as u16;
             h.multi = 0;
         });
         self.free_pages += (hi - lo) as u64;
+        if flags & flag::DIRTY != 0 {
+            self.dirty_pages += (hi - lo) as u64;
+        }
         self.settle(r);
         Ok(())
     }
@@ -130,8 +140,16 @@ impl FreeArea {
         }
     }
 
-    /// Allocates a block of `order` (below 9) for `class`.
-    pub(crate) fn alloc_small(&mut self, order: u8, class: Class) -> Result<Pfn, NoBlock> {
+    /// Allocates a block of `order` (below 9) for `class`; for a zeroed allocation (`zero`)
+    /// a clean run of the pageblock is preferred. A request below 2 MiB never breaks a free
+    /// pageblock while a split one can serve it, dirty or not: clearing a few frames is cheaper
+    /// than losing a clean large block.
+    pub(crate) fn alloc_small(
+        &mut self,
+        order: u8,
+        class: Class,
+        zero: bool,
+    ) -> Result<Got, NoBlock> {
         let r = self.pick(order, class)?;
         if order > 0
             && let Err(short) = self.ensure_extra(r)
@@ -139,7 +157,7 @@ impl FreeArea {
             self.settle(r);
             return Err(short.into());
         }
-        Ok(self.take_from(r, order))
+        Ok(self.take_from(r, order, zero))
     }
 
     /// Gives split pageblock `r` an extra plane if it has none: until now every allocated frame
@@ -155,43 +173,69 @@ impl FreeArea {
     }
 
     /// Fills `out` with order-0 frames for `class`, taking every free frame of each pageblock it
-    /// picks before the next. Returns how many it placed, and why it stopped short.
-    pub(crate) fn alloc_bulk(&mut self, out: &mut [Pfn], class: Class) -> (usize, Option<NoBlock>) {
-        let mut n = 0;
-        while n < out.len() {
+    /// picks before the next. Returns how many it placed, how many of those may be dirty, and
+    /// why it stopped short. With `zero`, the dirty frames are the last ones placed (so the
+    /// caller clears only those); without it the dirty count is 0.
+    pub(crate) fn alloc_bulk(
+        &mut self,
+        out: &mut [Pfn],
+        class: Class,
+        zero: bool,
+    ) -> (usize, usize, Option<NoBlock>) {
+        let len = out.len();
+        // Clean frames fill `out` from the front, dirty ones (with `zero`) from the back.
+        let (mut front, mut back) = (0, 0);
+        let mut why = None;
+        while front + back < len {
             let r = match self.pick(0, class) {
                 Ok(r) => r,
-                Err(e) => return (n, Some(e)),
+                Err(e) => {
+                    why = Some(e);
+                    break;
+                }
             };
             let base = self.pb_base(r);
-            let want = out.len() - n;
-            let got = self
-                .meta
-                .update_planes(r, |alloc, mut extra| {
-                    let mut got = 0;
-                    while got < want {
-                        let Some(i) = alloc.first_clear() else {
-                            break;
-                        };
-                        alloc.put(i, true);
-                        if let Some(x) = extra.as_deref_mut() {
-                            x.put(i, true);
+            let flag_dirty = self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY != 0);
+            let got = self.tracking(r, |a| {
+                let got = a
+                    .meta
+                    .update_planes(r, |alloc, mut extra| {
+                        let mut got = 0;
+                        while front + back < len {
+                            let Some(i) = alloc.first_clear() else {
+                                break;
+                            };
+                            let dirty = extra.as_deref().map_or(flag_dirty, |x| x.get(i));
+                            alloc.put(i, true);
+                            if let Some(x) = extra.as_deref_mut() {
+                                x.put(i, true);
+                            }
+                            let pfn = Pfn::new(base.get() + i as u64);
+                            if zero && dirty {
+                                back += 1;
+                                out[len - back] = pfn;
+                            } else {
+                                out[front] = pfn;
+                                front += 1;
+                            }
+                            got += 1;
                         }
-                        out[n + got] = Pfn::new(base.get() + i as u64);
-                        got += 1;
-                    }
-                    got
-                })
-                .unwrap_or(0);
-            self.meta.update_pb(r, |h| {
-                h.free -= got as u16;
-                h.flags &= !flag::REPORTED;
+                        got
+                    })
+                    .unwrap_or(0);
+                a.meta.update_pb(r, |h| {
+                    h.free -= got as u16;
+                    h.flags &= !flag::REPORTED;
+                });
+                got
             });
             self.free_pages -= got as u64;
             self.settle(r);
-            n += got;
         }
-        (n, None)
+        if back > 0 && front + back < len {
+            out.copy_within(len - back..len, front);
+        }
+        (front + back, back, why)
     }
 
     /// The pageblock a request of `order` (below 9) for `class` takes a block from, out of every
@@ -328,32 +372,53 @@ impl FreeArea {
     }
 
     /// Takes a block of `order` from split pageblock `r`, which can serve it (it has a free run,
-    /// and an extra plane above order 0), then settles `r`.
-    fn take_from(&mut self, r: PbRef, order: u8) -> Pfn {
+    /// and an extra plane above order 0), then settles `r`. With `zero`, a run of clean frames
+    /// is taken if the pageblock has one.
+    fn take_from(&mut self, r: PbRef, order: u8, zero: bool) -> Got {
         let base = self.pb_base(r);
         let len = 1usize << order;
-        let off = self
-            .meta
-            .update_planes(r, |alloc, extra| {
-                let off = alloc.find_clear_run(order)?;
-                alloc.fill(off, len, true);
-                if let Some(x) = extra {
-                    // The head is marked, the rest of the block is not.
-                    x.fill(off, len, false);
-                    x.put(off, true);
-                }
-                Some(off)
-            })
-            .flatten()
-            .unwrap_or(0);
-        self.meta.update_pb(r, |h| {
-            h.free -= len as u16;
-            h.multi += u16::from(order > 0);
-            h.flags &= !flag::REPORTED;
+        let flag_dirty = self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY != 0);
+        let (off, dirty) = self.tracking(r, |a| {
+            let taken = a
+                .meta
+                .update_planes(r, |alloc, extra| {
+                    let clean = extra
+                        .as_deref()
+                        .filter(|_| zero)
+                        .and_then(|x| super::dirty::union(alloc, x).find_clear_run(order));
+                    let off = clean.or_else(|| alloc.find_clear_run(order))?;
+                    let dirty = match extra.as_deref() {
+                        Some(x) => {
+                            let first = (off..off + len).find(|&i| x.get(i));
+                            let last = (off..off + len).rev().find(|&i| x.get(i));
+                            first.zip(last).map(|(f, l)| (f - off, l - f + 1))
+                        }
+                        None => flag_dirty.then_some((0, len)),
+                    };
+                    alloc.fill(off, len, true);
+                    if let Some(x) = extra {
+                        // The head is marked, the rest of the block is not.
+                        x.fill(off, len, false);
+                        x.put(off, true);
+                    }
+                    Some((off, dirty))
+                })
+                .flatten()
+                .unwrap_or((0, None));
+            a.meta.update_pb(r, |h| {
+                h.free -= len as u16;
+                h.multi += u16::from(order > 0);
+                h.flags &= !flag::REPORTED;
+            });
+            taken
         });
         self.free_pages -= len as u64;
         self.settle(r);
-        Pfn::new(base.get() + off as u64)
+        let pfn = Pfn::new(base.get() + off as u64);
+        Got {
+            pfn,
+            dirty: dirty.and_then(|(o, n)| range_of(pfn, o as u64, n as u64)),
+        }
     }
 
     /// Takes an aligned run of `2^order` free frames of split pageblock `r` as that many
@@ -361,22 +426,25 @@ impl FreeArea {
     pub(super) fn take_frames(&mut self, r: PbRef, order: u8) -> Pfn {
         let base = self.pb_base(r);
         let len = 1usize << order;
-        let off = self
-            .meta
-            .update_planes(r, |alloc, extra| {
-                let off = alloc.find_clear_run(order)?;
-                alloc.fill(off, len, true);
-                if let Some(x) = extra {
-                    // Every frame heads its own order-0 block.
-                    x.fill(off, len, true);
-                }
-                Some(off)
-            })
-            .flatten()
-            .unwrap_or(0);
-        self.meta.update_pb(r, |h| {
-            h.free -= len as u16;
-            h.flags &= !flag::REPORTED;
+        let off = self.tracking(r, |a| {
+            let off = a
+                .meta
+                .update_planes(r, |alloc, extra| {
+                    let off = alloc.find_clear_run(order)?;
+                    alloc.fill(off, len, true);
+                    if let Some(x) = extra {
+                        // Every frame heads its own order-0 block.
+                        x.fill(off, len, true);
+                    }
+                    Some(off)
+                })
+                .flatten()
+                .unwrap_or(0);
+            a.meta.update_pb(r, |h| {
+                h.free -= len as u16;
+                h.flags &= !flag::REPORTED;
+            });
+            off
         });
         self.free_pages -= len as u64;
         self.settle(r);
@@ -437,20 +505,25 @@ impl FreeArea {
     }
 
     /// Frees an allocated block of `order` at offset `off` of split pageblock `r` (found by
-    /// [`FreeArea::find`]); its frames become free and dirty.
-    pub(crate) fn free_small(&mut self, r: PbRef, off: usize, order: u8) {
+    /// [`FreeArea::find`]); its frames become free, and dirty unless the caller cleared them.
+    /// Without an extra plane, clean frames freed into a dirty pageblock count as dirty.
+    pub(crate) fn free_small(&mut self, r: PbRef, off: usize, order: u8, dirty: bool) {
         let len = 1usize << order;
-        self.meta.update_planes(r, |alloc, extra| {
-            alloc.fill(off, len, false);
-            if let Some(x) = extra {
-                x.fill(off, len, true);
-            }
-        });
         let was_full = self.meta.pb(r).is_some_and(|h| h.free == 0);
-        self.meta.update_pb(r, |h| {
-            h.free += len as u16;
-            h.multi -= u16::from(order > 0);
-            h.flags |= flag::DIRTY;
+        self.tracking(r, |a| {
+            a.meta.update_planes(r, |alloc, extra| {
+                alloc.fill(off, len, false);
+                if let Some(x) = extra {
+                    x.fill(off, len, dirty);
+                }
+            });
+            a.meta.update_pb(r, |h| {
+                h.free += len as u16;
+                h.multi -= u16::from(order > 0);
+                if dirty {
+                    h.flags |= flag::DIRTY;
+                }
+            });
         });
         self.free_pages += len as u64;
         let Some(h) = self.meta.pb(r) else {
@@ -472,15 +545,17 @@ impl FreeArea {
     /// pageblock: [`FreeArea::bulk_undo`] can still take it back exactly, or
     /// [`FreeArea::resettle`] finish it.
     pub(crate) fn bulk_free(&mut self, r: PbRef, off: usize) {
-        self.meta.update_planes(r, |alloc, extra| {
-            alloc.put(off, false);
-            if let Some(x) = extra {
-                x.put(off, true);
-            }
-        });
-        self.meta.update_pb(r, |h| {
-            h.free += 1;
-            h.flags |= flag::DIRTY;
+        self.tracking(r, |a| {
+            a.meta.update_planes(r, |alloc, extra| {
+                alloc.put(off, false);
+                if let Some(x) = extra {
+                    x.put(off, true);
+                }
+            });
+            a.meta.update_pb(r, |h| {
+                h.free += 1;
+                h.flags |= flag::DIRTY;
+            });
         });
         self.free_pages += 1;
     }
@@ -492,14 +567,16 @@ impl FreeArea {
             return;
         };
         let off = (pfn.get() - self.pb_base(r).get()) as usize;
-        self.meta.update_planes(r, |alloc, extra| {
-            alloc.put(off, true);
-            if let Some(x) = extra {
-                // An order-0 block is its own head.
-                x.put(off, true);
-            }
+        self.tracking(r, |a| {
+            a.meta.update_planes(r, |alloc, extra| {
+                alloc.put(off, true);
+                if let Some(x) = extra {
+                    // An order-0 block is its own head.
+                    x.put(off, true);
+                }
+            });
+            a.meta.update_pb(r, |h| h.free -= 1);
         });
-        self.meta.update_pb(r, |h| h.free -= 1);
         self.free_pages -= 1;
     }
 
@@ -528,12 +605,12 @@ impl FreeArea {
     }
 
     /// Checks and frees the block of `order` at `pfn` (allocated normally, not from a pool and
-    /// not lent to a CPU); on error nothing changes.
-    pub(crate) fn free(&mut self, pfn: Pfn, order: Order) -> Result<Found, FreeError> {
+    /// not lent to a CPU), dirty or clean; on error nothing changes.
+    pub(crate) fn free(&mut self, pfn: Pfn, order: Order, dirty: bool) -> Result<Found, FreeError> {
         let found = self.find(pfn, order)?;
         match found {
             Found::Small { r, off, order: o } if o == order.get() => {
-                self.free_small(r, off, o);
+                self.free_small(r, off, o, dirty);
             }
             Found::Small { order: o, .. } => {
                 return Err(FreeError::WrongOrder {
@@ -543,7 +620,7 @@ impl FreeArea {
                 });
             }
             Found::Whole { order: o, what } => {
-                self.free_whole(pfn, order.get(), Use::Normal)
+                self.free_whole(pfn, order.get(), Use::Normal, dirty)
                     .map_err(|e| match (e, what) {
                         (FreeError::WrongOrder { .. }, Use::Normal) => FreeError::WrongOrder {
                             pfn,

@@ -187,6 +187,7 @@ impl<'a> Machine<'a> {
             min_free_kbytes: opts.min_free_kbytes,
             caches: Caches::new(cpus, opts.pcp),
             tables,
+            clearer: None,
         };
         {
             let mut staged = machine.layout.stage();
@@ -210,7 +211,7 @@ impl<'a> Machine<'a> {
                     // the layout is published.
                     machine.nodes[p.node.index()]
                         .zone(ZoneKind::of(p.usable.start()))
-                        .add_span(span, seed);
+                        .add_span(span, seed, opts.zeroed);
                     Ok(())
                 })?;
             }

@@ -61,6 +61,10 @@ impl<'a> Machine<'a> {
         if req.order != Order::ZERO {
             return self.walk(&req);
         }
+        let zero = req.flags.contains(AllocFlags::ZERO);
+        if zero && self.clearer.is_none() {
+            return None;
+        }
         let asker = Asker {
             preferred: req.preferred,
             interleave: req.interleave,
@@ -75,10 +79,13 @@ impl<'a> Machine<'a> {
                 .iter()
                 .map(|k| node.zone(*k))
                 .find(|z| z.has_memory())
-                && let Some(pfn) = self
-                    .caches
-                    .pop(cpu, req.preferred, zone, req.class(), asker)
+                && let Some((pfn, dirty)) =
+                    self.caches
+                        .pop(cpu, req.preferred, zone, req.class(), asker)
             {
+                if zero && dirty {
+                    self.clear_frames(pfn, 1);
+                }
                 return Some(pfn);
             }
         }
@@ -90,9 +97,9 @@ impl<'a> Machine<'a> {
                 class: req.class(),
                 asker,
             };
-            self.caches.take(cpu, &want, self.nodes)
+            self.caches.take(cpu, &want, self.nodes, zero)
         })
-        .map(|(pfn, _)| pfn)
+        .map(|(got, _)| self.zeroed(req.flags, got))
     }
 
     /// Frees a block from a CPU: order-0 frames go into the CPU's cache, on the list of their
@@ -101,16 +108,38 @@ impl<'a> Machine<'a> {
     /// # Errors
     /// [`FreeError::UnknownCpu`], or the errors of [`Machine::free`]; the state is then unchanged.
     pub fn free_cpu(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        self.free_cpu_as(cpu, pfn, order, true)
+    }
+
+    /// [`Machine::free_cpu`] of a block the caller cleared (see [`Machine::free_clean`]).
+    ///
+    /// # Errors
+    /// As [`Machine::free_cpu`]; the state is then unchanged.
+    pub fn free_cpu_clean(&self, cpu: CpuId, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        self.free_cpu_as(cpu, pfn, order, false)
+    }
+
+    fn free_cpu_as(
+        &self,
+        cpu: CpuId,
+        pfn: Pfn,
+        order: Order,
+        dirty: bool,
+    ) -> Result<(), FreeError> {
         if self.cpu_node(cpu).is_none() {
             return Err(FreeError::UnknownCpu {
                 cpu: cpu.index() as u32,
             });
         }
         if order != Order::ZERO {
-            return self.free(pfn, order);
+            return if dirty {
+                self.free(pfn, order)
+            } else {
+                self.free_clean(pfn, order)
+            };
         }
         self.caches
-            .free(cpu, pfn, self.nodes, |pfn| self.locate(pfn))
+            .free(cpu, pfn, self.nodes, |pfn| self.locate(pfn), dirty)
     }
 
     /// Gives every frame in `cpu`'s cache back to its zone (CPU hotplug, or a remote drain).

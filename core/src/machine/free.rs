@@ -33,7 +33,19 @@ impl<'a> Machine<'a> {
     /// pageblock header, and below 2 MiB a bounded scan of its pageblock's planes.
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let s = self.layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
-        self.zone_of(&s).free(pfn, order, &self.caches)
+        self.zone_of(&s).free(pfn, order, &self.caches, true)
+    }
+
+    /// [`Machine::free`] of a block the caller cleared: every byte of it reads as zero (and a
+    /// reader bypassing the caches sees that too). Its frames go back clean, so a zeroed
+    /// allocation can take them without clearing them again. The allocator cannot check the
+    /// promise: a block freed clean that is not is handed out as zeroed.
+    ///
+    /// # Errors
+    /// As [`Machine::free`]; the state is then unchanged.
+    pub fn free_clean(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let s = self.layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
+        self.zone_of(&s).free(pfn, order, &self.caches, false)
     }
 
     /// Frees order-0 frames. Either all are freed, or none is and the error names the first

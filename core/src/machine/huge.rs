@@ -48,7 +48,9 @@ impl<'a> Machine<'a> {
     /// preferred node's zonelist (restricted to the request's filter) the way Linux dequeues
     /// huge pages.
     pub(crate) fn walk_pools(&self, req: &Request<'_>, size: HugeSize) -> Option<Pfn> {
-        if !self.topo.contains(req.preferred) {
+        if !self.topo.contains(req.preferred)
+            || (req.flags.contains(super::AllocFlags::ZERO) && self.clearer.is_none())
+        {
             return None;
         }
         loop {
@@ -59,9 +61,9 @@ impl<'a> Machine<'a> {
                     continue;
                 }
                 for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
-                    if let Some(pfn) = self.nodes[node.index()].zone(kind).pool_take(size.order()) {
+                    if let Some(got) = self.nodes[node.index()].zone(kind).pool_take(size.order()) {
                         self.count(req, node, 1);
-                        return Some(pfn);
+                        return Some(self.zeroed(req.flags, got));
                     }
                 }
             }
@@ -75,10 +77,20 @@ impl<'a> Machine<'a> {
     /// `node`. `None` when every pool on its zonelist is empty.
     #[must_use = "dropping the page leaks it"]
     pub fn alloc_huge(&self, node: NodeId, size: HugeSize) -> Option<Pfn> {
-        self.walk_pools(
-            &Request::new(node, node, size.order(), super::AllocFlags::empty()),
-            size,
-        )
+        self.alloc_huge_with(node, size, super::AllocFlags::empty())
+    }
+
+    /// [`Machine::alloc_huge`] with `flags`: [`AllocFlags::ZERO`](super::AllocFlags::ZERO)
+    /// returns a page that reads as zero (a page given back to its pool is dirty, and is
+    /// cleared with no lock held); the walk flags do not apply to the pools.
+    #[must_use = "dropping the page leaks it"]
+    pub fn alloc_huge_with(
+        &self,
+        node: NodeId,
+        size: HugeSize,
+        flags: super::AllocFlags,
+    ) -> Option<Pfn> {
+        self.walk_pools(&Request::new(node, node, size.order(), flags), size)
     }
 
     /// Returns a huge page to its pool.

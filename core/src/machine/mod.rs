@@ -14,6 +14,7 @@ mod free;
 mod hotplug;
 mod huge;
 mod layout;
+mod scrub;
 mod walk;
 
 use bitflags::bitflags;
@@ -22,7 +23,7 @@ use crate::addr::PhysRange;
 use crate::interleave::Weights;
 use crate::node::Node;
 use crate::percpu::{Caches, PcpConfig};
-use crate::platform::PhysMemory;
+use crate::platform::{FrameClearer, PhysMemory};
 use crate::stats::NumaStat;
 use crate::sync::RwLock;
 use crate::topology::{NodeId, NodeMask, Topology};
@@ -45,6 +46,11 @@ bitflags! {
         /// short-lived allocations, so that long-lived ones (page tables, the VMM's own
         /// structures: the default) stay packed together.
         const SHORT_LIVED = 1 << 3;
+        /// The frames returned read as zero (`__GFP_ZERO`). Clean frames are preferred; dirty
+        /// ones are cleared through the machine's [`FrameClearer`] after every lock is
+        /// dropped. Without a clearer (see [`Machine::with_clearer`]) such a request fails.
+        /// Without this flag nothing is cleared, and a frame may hold its last owner's data.
+        const ZERO = 1 << 4;
     }
 }
 
@@ -62,6 +68,10 @@ pub struct BootOptions<'c> {
     pub min_free_kbytes: Option<u64>,
     /// Memory ranges that hot-add may add after boot.
     pub hotplug_slots: usize,
+    /// The platform promises that the memory it hands over at boot reads as zero (a
+    /// hypervisor that cleared it, a freshly powered machine whose firmware zeroed it): it
+    /// starts clean instead of dirty. Hot-added memory is always dirty.
+    pub zeroed: bool,
 }
 
 impl Default for BootOptions<'_> {
@@ -72,6 +82,7 @@ impl Default for BootOptions<'_> {
             fallback: FallbackOptions::default(),
             min_free_kbytes: None,
             hotplug_slots: 16,
+            zeroed: false,
         }
     }
 }
@@ -97,6 +108,8 @@ pub struct Machine<'a> {
     caches: Caches<'a>,
     /// The frames the machine-wide tables were carved from.
     tables: PhysRange,
+    /// How the machine clears frames, if the platform gave it a way.
+    clearer: Option<&'a dyn FrameClearer>,
 }
 
 impl core::fmt::Debug for Machine<'_> {
@@ -111,6 +124,14 @@ impl core::fmt::Debug for Machine<'_> {
 }
 
 impl<'a> Machine<'a> {
+    /// The machine, clearing frames through `clearer` from now on: for
+    /// [`AllocFlags::ZERO`] and for [`Machine::scrub`].
+    #[must_use]
+    pub fn with_clearer(mut self, clearer: &'a dyn FrameClearer) -> Self {
+        self.clearer = Some(clearer);
+        self
+    }
+
     /// The topology the machine was booted with.
     pub fn topology(&self) -> &Topology<'a> {
         &self.topo

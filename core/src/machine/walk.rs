@@ -116,13 +116,18 @@ impl<'a> Machine<'a> {
         self.walk(&Request::new(cpu_node, preferred, order, flags))
     }
 
-    /// One block for `req` straight from the zones, counted in the node's numastat.
+    /// One block for `req` straight from the zones, counted in the node's numastat, and
+    /// cleared (after the zone's lock is dropped) if the request asks for zeroed memory.
     pub(crate) fn walk(&self, req: &Request<'_>) -> Option<Pfn> {
-        let (pfn, node) = self.walk_with(req, |_, zone, mark| {
-            zone.alloc(req.order, mark, req.class())
+        let zero = req.flags.contains(AllocFlags::ZERO);
+        if zero && self.clearer.is_none() {
+            return None;
+        }
+        let (got, node) = self.walk_with(req, |_, zone, mark| {
+            zone.alloc(req.order, mark, req.class(), zero)
         })?;
         self.count(req, node, 1);
-        Some(pfn)
+        Some(self.zeroed(req.flags, got))
     }
 
     /// Grows `zone`'s metadata pool by slabs of `what` (taking their frames from the zone and
@@ -143,7 +148,7 @@ impl<'a> Machine<'a> {
             let Some(mapped) = mapped else {
                 // The platform cannot map it: give the frames back and stop.
                 for i in 0..frames {
-                    let _ = zone.free(Pfn::new(pfn.get() + i), Order::ZERO, &self.caches);
+                    let _ = zone.free(Pfn::new(pfn.get() + i), Order::ZERO, &self.caches, true);
                 }
                 return !zone.pool_low(what);
             };
@@ -165,7 +170,7 @@ impl<'a> Machine<'a> {
                 true
             }
             None => {
-                let _ = zone.free(base, Order::MAX, &self.caches);
+                let _ = zone.free(base, Order::MAX, &self.caches, true);
                 false
             }
         }
@@ -173,11 +178,11 @@ impl<'a> Machine<'a> {
 
     /// Runs `take` on `zone`, growing the zone's metadata pool and trying again while the zone
     /// refuses for lack of it.
-    fn take_growing(
+    fn take_growing<T>(
         &self,
         zone: &Zone,
-        mut take: impl FnMut() -> Result<Pfn, Refused>,
-    ) -> Option<Pfn> {
+        mut take: impl FnMut() -> Result<T, Refused>,
+    ) -> Option<T> {
         loop {
             match take() {
                 Ok(pfn) => return Some(pfn),
@@ -193,11 +198,11 @@ impl<'a> Machine<'a> {
     /// hot-add published new memory, the walk runs again; if it fails while per-CPU caches hold
     /// frames this walk could use, they are drained and the walk runs once more, so cached
     /// frames never make an allocation fail.
-    pub(crate) fn walk_with(
+    pub(crate) fn walk_with<T>(
         &self,
         req: &Request<'_>,
-        mut take: impl FnMut(NodeId, &Zone, Mark) -> Result<Pfn, Refused>,
-    ) -> Option<(Pfn, NodeId)> {
+        mut take: impl FnMut(NodeId, &Zone, Mark) -> Result<T, Refused>,
+    ) -> Option<(T, NodeId)> {
         if !self.topo.contains(req.preferred) {
             return None;
         }
@@ -223,13 +228,13 @@ impl<'a> Machine<'a> {
     }
 
     /// One walk over the layout published as `seq`; `visited` collects the nodes it tried.
-    fn walk_once(
+    fn walk_once<T>(
         &self,
         req: &Request<'_>,
         seq: u64,
-        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<Pfn, Refused>,
+        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<T, Refused>,
         visited: &mut NodeMask,
-    ) -> Option<(Pfn, NodeId)> {
+    ) -> Option<(T, NodeId)> {
         let list = self
             .layout
             .list(req.preferred, req.flags.contains(AllocFlags::THISNODE));
@@ -311,7 +316,9 @@ impl<'a> Machine<'a> {
     /// and pass. A short bulk walks again after a hot-add and after draining the caches it
     /// could use, as the single walk does.
     pub(crate) fn bulk_walk(&self, req: &Request<'_>, out: &mut [Pfn]) -> usize {
-        if !self.topo.contains(req.preferred) {
+        if !self.topo.contains(req.preferred)
+            || (req.flags.contains(AllocFlags::ZERO) && self.clearer.is_none())
+        {
             return 0;
         }
         let mut visited = NodeMask::EMPTY;
@@ -354,9 +361,15 @@ impl<'a> Machine<'a> {
                         continue;
                     }
                     loop {
-                        let (got, why) = zone.alloc_bulk(&mut out[done..], mark, req.class());
+                        let zero = req.flags.contains(AllocFlags::ZERO);
+                        let (got, dirty, why) =
+                            zone.alloc_bulk(&mut out[done..], mark, req.class(), zero);
                         if got > 0 {
                             self.count(req, node, got as u64);
+                        }
+                        // The zone's lock is dropped: clear the dirty frames it placed last.
+                        for &pfn in &out[done + got - dirty..done + got] {
+                            self.clear_frames(pfn, 1);
                         }
                         done += got;
                         match why {

@@ -1,0 +1,175 @@
+//! Dirty state of free frames: which free frames may still hold data of their last owner.
+//!
+//! It lives in the metadata the free state lives in:
+//! - a free block of whole pageblocks: each pageblock's [`flag::DIRTY`], so a dirty block and a
+//!   clean buddy merge and the merged block still knows which pageblocks are dirty;
+//! - a free section (no pageblock array): `DIRTY` with `first_dirty`, the pageblocks before
+//!   which are clean (Xen's `first_dirty`): a merge into a whole section keeps the clean prefix;
+//! - a split pageblock: with an extra plane, its bits on free frames; without one, the
+//!   pageblock's flag, for all its free frames at once.
+//!
+//! `dirty_pages` counts the free frames this marks dirty (a lent pageblock's frames are its
+//! CPU's to track until they come back). Every change of a free frame's state adjusts it, and
+//! the invariant walk counts it again from the headers and planes.
+#![deny(unsafe_code)]
+
+use super::{Big, FreeArea};
+use crate::addr::{Pfn, PhysRange};
+use crate::bitmap::{FRAMES, Plane};
+use crate::meta::{PB_SHIFT, PBS_PER_SECTION, PbRef, PbState, Section, Which, flag};
+
+/// A block taken from a zone, and the part of it that may be dirty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Got {
+    pub(crate) pfn: Pfn,
+    /// The frames of the block that may hold a last owner's data, if any.
+    pub(crate) dirty: Option<PhysRange>,
+}
+
+/// Free frames of a split pageblock that its planes mark dirty.
+pub(super) fn dirty_free(alloc: &Plane, extra: &Plane) -> u64 {
+    alloc
+        .0
+        .iter()
+        .zip(extra.0.iter())
+        .map(|(a, x)| u64::from((!a & x).count_ones()))
+        .sum()
+}
+
+/// The bits set in `a` or `b`: for a split pageblock's planes, the frames that are allocated
+/// or dirty, so its clear runs are clean free ones.
+pub(super) fn union(a: &Plane, b: &Plane) -> Plane {
+    let mut p = *a;
+    for (w, x) in p.0.iter_mut().zip(b.0.iter()) {
+        *w |= x;
+    }
+    p
+}
+
+/// Frames of a section that its flags mark dirty, if it is one free block.
+pub(super) fn section_frames_dirty(sec: &Section) -> u64 {
+    if sec.flags & flag::DIRTY == 0 {
+        return 0;
+    }
+    (PBS_PER_SECTION as u64).saturating_sub(u64::from(sec.first_dirty)) << PB_SHIFT
+}
+
+/// `pfn .. pfn + len` as a range (empty ranges are `None`).
+pub(super) fn range_of(pfn: Pfn, off: u64, len: u64) -> Option<PhysRange> {
+    if len == 0 {
+        return None;
+    }
+    PhysRange::new(Pfn::new(pfn.get() + off), Pfn::new(pfn.get() + off + len))
+}
+
+impl FreeArea {
+    /// Free frames of pageblock `r` that count as dirty: all of a free dirty pageblock, the
+    /// marked free frames of a split one; none of a pageblock that is neither (allocated,
+    /// lent, or inside a block being scrubbed).
+    pub(super) fn pb_dirty(&self, r: PbRef) -> u64 {
+        let Some(h) = self.meta.pb(r) else {
+            return 0;
+        };
+        let dirty = h.flags & flag::DIRTY != 0;
+        match h.state {
+            PbState::Free { .. } | PbState::FreeTail if dirty => FRAMES as u64,
+            PbState::Split => match (
+                self.meta.plane(r, Which::Alloc),
+                self.meta.plane(r, Which::Extra),
+            ) {
+                (Some(a), Some(x)) => dirty_free(&a, &x),
+                _ if dirty => u64::from(h.free),
+                _ => 0,
+            },
+            _ => 0,
+        }
+    }
+
+    /// Frames of the block `b` of `order` (9..=18) whose flags say dirty, whatever the block's
+    /// state (a free block, a pool page).
+    pub(super) fn block_dirty(&self, b: Big, order: u8) -> u64 {
+        match b {
+            Big::Section(s) => self.meta.section(s).map_or(0, |x| section_frames_dirty(&x)),
+            Big::Pb(r) => {
+                (0..1u32 << (order - PB_SHIFT as u8))
+                    .filter(|&i| {
+                        self.meta
+                            .pb(Self::pb_plus(r, i))
+                            .is_some_and(|h| h.flags & flag::DIRTY != 0)
+                    })
+                    .count() as u64
+                    * FRAMES as u64
+            }
+        }
+    }
+
+    /// The part of the block `b` of `order` that its flags say may be dirty: from its first
+    /// dirty pageblock to the end of its last.
+    pub(super) fn block_dirty_range(&self, b: Big, order: u8) -> Option<PhysRange> {
+        let base = self.base(b);
+        match b {
+            Big::Section(s) => {
+                let sec = self.meta.section(s)?;
+                let frames = section_frames_dirty(&sec);
+                range_of(base, (1u64 << order) - frames, frames)
+            }
+            Big::Pb(r) => {
+                let n = 1u32 << (order - PB_SHIFT as u8);
+                let dirty = |i: &u32| {
+                    self.meta
+                        .pb(Self::pb_plus(r, *i))
+                        .is_some_and(|h| h.flags & flag::DIRTY != 0)
+                };
+                let first = (0..n).find(dirty)?;
+                let last = (0..n).rev().find(dirty)?;
+                range_of(
+                    base,
+                    u64::from(first) << PB_SHIFT,
+                    u64::from(last - first + 1) << PB_SHIFT,
+                )
+            }
+        }
+    }
+
+    /// Marks every pageblock of the block `b` of `order` (or the section) dirty or clean.
+    pub(super) fn set_block_dirty(&mut self, b: Big, order: u8, dirty: bool) {
+        match b {
+            Big::Section(s) => {
+                self.meta.update_section(s, |x| {
+                    x.first_dirty = 0;
+                    if dirty {
+                        x.flags |= flag::DIRTY;
+                    } else {
+                        x.flags &= !flag::DIRTY;
+                    }
+                });
+            }
+            Big::Pb(r) => {
+                for i in 0..1u32 << (order - PB_SHIFT as u8) {
+                    self.meta.update_pb(Self::pb_plus(r, i), |h| {
+                        if dirty {
+                            h.flags |= flag::DIRTY;
+                        } else {
+                            h.flags &= !flag::DIRTY;
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Runs `f` on split pageblock `r` and adjusts the dirty count by the change of its dirty
+    /// free frames.
+    pub(super) fn tracking<R>(&mut self, r: PbRef, f: impl FnOnce(&mut Self) -> R) -> R {
+        let before = self.pb_dirty(r);
+        let out = f(self);
+        let after = self.pb_dirty(r);
+        self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
+        out
+    }
+
+    /// Free frames the zone counts as dirty.
+    pub(crate) fn dirty_pages(&self) -> u64 {
+        self.dirty_pages
+    }
+}
