@@ -60,13 +60,14 @@ impl Class {
     }
 }
 
-/// What a whole block is: handed out normally, a huge-page pool page handed out, or a pool page
-/// free in its pool.
+/// What a whole block is: handed out normally, a huge-page pool page handed out, a pool page
+/// free in its pool, or a free block taken off its list while a scrub clears it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Use {
     Normal,
     Huge,
     Pooled,
+    Scrub,
 }
 
 /// The state of a section.

@@ -8,9 +8,10 @@ use crate::buddy::{
 };
 use crate::error::{FreeError, InvariantError};
 use crate::meta::{Class, PB_SHIFT, PbRef, Seed, Short, SpanMeta, Use};
+use crate::platform::FrameClearer;
 use crate::platform::Mapped;
 use crate::stats::NumaStats;
-use crate::sync::{AtomicU64, LockFamily, MultiLock, Mutex, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, LockFamily, MultiLock, Mutex, MutexGuard, Ordering};
 use crate::topology::NodeId;
 
 /// First frame above the `Dma32` zone (4 GiB).
@@ -125,11 +126,19 @@ impl From<NoBlock> for Refused {
 
 /// One zone: its free memory behind a spinlock. Only the zone touches its free area: every
 /// operation on it is a method here, taken under the zone's lock.
+///
+/// A scrub clears a unit of the zone's free memory with the lock dropped (see
+/// `buddy::scrub`). An allocation that finds nothing while a scrub holds a unit announces
+/// itself in `scrub_waiters` and waits, without the lock, for the unit to come back: the scrub
+/// sees the count between two pageblocks it clears, stops, and puts the unit back (the part it
+/// cleared clean), and no new scrub of the zone starts while anyone waits.
 #[derive(Debug)]
 pub struct Zone {
     kind: ZoneKind,
     /// Frames the zone manages, readable without the lock (it only grows).
     managed: AtomicU64,
+    /// Allocations waiting for a scrub of this zone to give its unit back.
+    scrub_waiters: AtomicU32,
     inner: Mutex<ZoneInner>,
 }
 
@@ -138,6 +147,7 @@ impl Zone {
         Self {
             kind,
             managed: AtomicU64::new(0),
+            scrub_waiters: AtomicU32::new(0),
             inner: Mutex::new(ZoneInner {
                 area: FreeArea::new(),
                 marks: Watermarks::default(),
@@ -178,6 +188,40 @@ impl Zone {
         z.marks = watermarks(min_free_pages, z.area.managed_pages, total_managed);
     }
 
+    /// Waits, with the lock dropped, until no scrub holds a unit of the zone, and returns the
+    /// lock: the caller tries again before anyone else can start a scrub.
+    fn wait_for_scrub<'g>(&'g self, z: MutexGuard<'g, ZoneInner>) -> MutexGuard<'g, ZoneInner> {
+        // Relaxed: the scrub polls the count between pageblocks; seeing it late only makes the
+        // wait longer, and the count goes down under the lock the retry holds.
+        self.scrub_waiters.fetch_add(1, Ordering::Relaxed);
+        drop(z);
+        loop {
+            crate::sync::spin_loop();
+            let z = self.inner.lock();
+            if !z.area.scrubbing() {
+                self.scrub_waiters.fetch_sub(1, Ordering::Relaxed);
+                return z;
+            }
+            drop(z);
+        }
+    }
+
+    /// Runs `take` under the lock; if it finds nothing while a scrub holds a unit of the zone,
+    /// waits for the unit and runs it once more.
+    fn take_or_wait<T>(
+        &self,
+        mut take: impl FnMut(&mut ZoneInner) -> Result<T, Refused>,
+    ) -> Result<T, Refused> {
+        let mut z = self.inner.lock();
+        match take(&mut z) {
+            Err(Refused::Empty) if z.area.scrubbing() => {
+                let mut z = self.wait_for_scrub(z);
+                take(&mut z)
+            }
+            r => r,
+        }
+    }
+
     /// One block of `order` for `class` if the zone stays above `mark` afterwards, with the
     /// part of it that may be dirty; `zero` prefers clean frames.
     pub(crate) fn alloc(
@@ -187,15 +231,55 @@ impl Zone {
         class: Class,
         zero: bool,
     ) -> Result<Got, Refused> {
-        let mut z = self.inner.lock();
-        if z.headroom(mark) < order.frames() {
-            return Err(Refused::Empty);
-        }
-        Ok(if order.get() >= PB_SHIFT as u8 {
-            z.area.alloc_big(order.get(), Use::Normal)?
-        } else {
-            z.area.alloc_small(order.get(), class, zero)?
+        self.take_or_wait(|z| {
+            if z.headroom(mark) < order.frames() {
+                return Err(Refused::Empty);
+            }
+            Ok(if order.get() >= PB_SHIFT as u8 {
+                z.area.alloc_big(order.get(), Use::Normal)?
+            } else {
+                z.area.alloc_small(order.get(), class, zero)?
+            })
         })
+    }
+
+    /// Clears up to `budget` dirty free frames of the zone (at least one pageblock's worth if
+    /// the unit it finds is whole pageblocks) through `clearer`, with the lock dropped while it
+    /// clears. Returns how many frames it cleared, `None` if it found nothing to do or an
+    /// allocation waits for the zone.
+    pub(crate) fn scrub(
+        &self,
+        budget: u64,
+        clearer: &dyn FrameClearer,
+        hot: &dyn HotFrames,
+    ) -> Option<u64> {
+        // Relaxed: see `wait_for_scrub`.
+        let waiting = || self.scrub_waiters.load(Ordering::Relaxed) > 0;
+        let work = {
+            let mut z = self.inner.lock();
+            if waiting() {
+                return None;
+            }
+            z.area.scrub_take(budget)?
+        };
+        let unit = 1u64 << work.shift;
+        let mut done = Plane::EMPTY;
+        let mut cleared = 0u64;
+        let mut i = 0;
+        while let Some(b) = work.bits.next_set(i) {
+            if waiting() || (cleared > 0 && cleared + unit > budget) {
+                break;
+            }
+            let start = Pfn::new(work.base.get() + ((b as u64) << work.shift));
+            if let Some(range) = PhysRange::new(start, Pfn::new(start.get() + unit)) {
+                clearer.clear(range);
+            }
+            done.put(b, true);
+            cleared += unit;
+            i = b + 1;
+        }
+        self.inner.lock().area.scrub_put(done, hot);
+        Some(cleared)
     }
 
     /// Order-0 frames into `out`, as many as the zone can give above `mark`, under one lock.
@@ -211,6 +295,16 @@ impl Zone {
         let mut z = self.inner.lock();
         let n = (z.headroom(mark).min(out.len() as u64)) as usize;
         let (got, dirty, why) = z.area.alloc_bulk(&mut out[..n], class, zero);
+        if got < n && why.is_none_or(|w| w == NoBlock::Empty) && z.area.scrubbing() {
+            // The rest of the headroom is held by a scrub: wait for it and take the rest, the
+            // dirty frames of both rounds last.
+            let mut z = self.wait_for_scrub(z);
+            let m = (z.headroom(mark).min((out.len() - got) as u64)) as usize;
+            let (more, more_dirty, why) = z.area.alloc_bulk(&mut out[got..got + m], class, zero);
+            // out[..got] ends with `dirty` dirty frames; move the new clean ones before them.
+            out[got - dirty..got + more - more_dirty].rotate_left(dirty);
+            return (got + more, dirty + more_dirty, why.map(Refused::from));
+        }
         (got, dirty, why.map(Refused::from))
     }
 
@@ -244,17 +338,24 @@ impl Zone {
         slot: u8,
         take: impl FnOnce(&Lent),
     ) -> Result<(), Refused> {
-        let mut z = self.inner.lock();
-        if z.headroom(mark) == 0 {
-            return Err(Refused::Empty);
-        }
-        Ok(z.area.lend(
-            class,
-            min_free.min(u32::from(u16::MAX)) as u16,
-            cpu,
-            slot,
-            take,
-        )?)
+        let mut take = Some(take);
+        self.take_or_wait(|z| {
+            if z.headroom(mark) == 0 {
+                return Err(Refused::Empty);
+            }
+            let take = &mut take;
+            Ok(z.area.lend(
+                class,
+                min_free.min(u32::from(u16::MAX)) as u16,
+                cpu,
+                slot,
+                |lent| {
+                    if let Some(t) = take.take() {
+                        t(lent);
+                    }
+                },
+            )?)
+        })
     }
 
     /// Takes back a pageblock a CPU held, with the planes `build` makes from its state array
@@ -304,10 +405,11 @@ impl Zone {
             if z.headroom(Mark::Min) < order.frames() {
                 return (n, None);
             }
-            if let Err(e) = z.area.pool_grow(order) {
-                return (n, Some(e.into()));
+            match z.area.pool_grow(order) {
+                Ok(()) => n += 1,
+                Err(NoBlock::Empty) if z.area.scrubbing() => z = self.wait_for_scrub(z),
+                Err(e) => return (n, Some(e.into())),
             }
-            n += 1;
         }
         (n, None)
     }
@@ -438,7 +540,8 @@ impl<'m> ZoneSet<'m> {
                 what: Use::Huge, ..
             } => Err(FreeError::HugePage { pfn }),
             Found::Whole {
-                what: Use::Pooled, ..
+                what: Use::Pooled | Use::Scrub,
+                ..
             } => Err(FreeError::DoubleFree { pfn }),
             Found::Small { order, .. } | Found::Whole { order, .. } => Err(FreeError::WrongOrder {
                 pfn,
@@ -599,6 +702,11 @@ impl Node {
     /// [`Machine::numastat`](crate::Machine::numastat) adds the caches' share.
     pub(crate) fn stats(&self) -> &NumaStats {
         &self.stats
+    }
+    /// Free pages over both zones that may hold data of their last owner (see
+    /// [`ZoneCounters::dirty`]).
+    pub fn dirty_pages(&self) -> u64 {
+        self.zones.iter().map(|z| z.counters().dirty).sum()
     }
     /// Free pages over both zones.
     pub fn free_pages(&self) -> u64 {

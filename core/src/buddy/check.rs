@@ -78,6 +78,12 @@ impl FreeArea {
                         Some(SectionState::Allocated(Use::Normal)) => {
                             whole(PageblockKind::Allocated)
                         }
+                        // Free, held by a scrub for a moment.
+                        Some(SectionState::Allocated(Use::Scrub)) => PageblockInfo {
+                            pfn,
+                            kind: PageblockKind::Free,
+                            free: FRAMES as u16,
+                        },
                         Some(SectionState::Allocated(_)) => whole(PageblockKind::Pool),
                         _ => {
                             let r = PbRef {
@@ -212,11 +218,12 @@ impl FreeArea {
                 }
             }
         }
-        free += split_free;
+        let (held, held_dirty) = self.scrub_held();
+        free += split_free + held;
         if free != self.free_pages || self.free_pages > self.managed_pages {
             return Err(counter);
         }
-        let marked = self.marked_dirty();
+        let marked = self.marked_dirty() + held_dirty;
         if marked != self.dirty_pages || marked > self.free_pages {
             return Err(InvariantError::Dirty {
                 node,

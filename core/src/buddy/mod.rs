@@ -14,6 +14,7 @@
 mod check;
 mod dirty;
 mod hot;
+mod scrub;
 mod small;
 
 pub use check::{PageblockCounts, PageblockInfo, PageblockKind};
@@ -78,6 +79,9 @@ pub(crate) struct FreeArea {
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
     dirty_pages: u64,
+    /// The unit a scrub holds, if any, and the section its next search starts from.
+    scrub: Option<scrub::Scrubbing>,
+    scrub_cursor: u32,
     /// Huge-page pools, 2 MiB then 1 GiB.
     pools: [HugePool; 2],
     /// Whom the metadata pool serves right now: its own growth may use its reserve.
@@ -122,6 +126,8 @@ impl FreeArea {
             free_pages: 0,
             managed_pages: 0,
             dirty_pages: 0,
+            scrub: None,
+            scrub_cursor: 0,
             pools: [HugePool {
                 head: NIL,
                 free: 0,
@@ -638,7 +644,7 @@ impl FreeArea {
                 self.free_big(pfn, order, dirty);
                 Ok(())
             }
-            Some((_, Use::Pooled)) => Err(FreeError::DoubleFree { pfn }),
+            Some((_, Use::Pooled | Use::Scrub)) => Err(FreeError::DoubleFree { pfn }),
             Some((_, w)) if w != what => Err(if w == Use::Huge {
                 FreeError::HugePage { pfn }
             } else {
@@ -660,14 +666,20 @@ impl FreeArea {
         let sec = self.meta.section(s).ok_or(FreeError::Foreign { pfn })?;
         let sec_base = self.base(Big::Section(s));
         match sec.state {
-            SectionState::Free => Err(FreeError::DoubleFree { pfn }),
+            SectionState::Free | SectionState::Allocated(Use::Scrub) => {
+                Err(FreeError::DoubleFree { pfn })
+            }
             SectionState::Allocated(w) => Ok((pfn == sec_base).then_some((MAX_ORDER, w))),
             SectionState::Split => {
                 let r = self.pb_ref(pfn).ok_or(FreeError::Foreign { pfn })?;
                 let h = self.meta.pb(r).ok_or(FreeError::Foreign { pfn })?;
                 let head = self.pb_base(r) == pfn;
                 match h.state {
-                    PbState::Free { .. } | PbState::FreeTail => Err(FreeError::DoubleFree { pfn }),
+                    PbState::Free { .. }
+                    | PbState::FreeTail
+                    | PbState::Allocated {
+                        what: Use::Scrub, ..
+                    } => Err(FreeError::DoubleFree { pfn }),
                     PbState::Allocated { order, what } => Ok(head.then_some((order, what))),
                     _ => Ok(None),
                 }
@@ -766,7 +778,8 @@ impl FreeArea {
                 what: Use::Huge,
             } if o == order.get() => {}
             Found::Whole {
-                what: Use::Pooled, ..
+                what: Use::Pooled | Use::Scrub,
+                ..
             } => return Err(FreeError::DoubleFree { pfn }),
             Found::Whole { order: o, .. } | Found::Small { order: o, .. } => {
                 return Err(if o == order.get() {

@@ -162,7 +162,7 @@ impl FreeArea {
 
     /// Gives split pageblock `r` an extra plane if it has none: until now every allocated frame
     /// was an order-0 head, and the free ones shared the pageblock's dirty flag.
-    fn ensure_extra(&mut self, r: PbRef) -> Result<(), Short> {
+    pub(super) fn ensure_extra(&mut self, r: PbRef) -> Result<(), Short> {
         if self.meta.has_plane(r, Which::Extra) {
             return Ok(());
         }
@@ -472,7 +472,7 @@ impl FreeArea {
                     .meta
                     .plane(r, Which::Alloc)
                     .ok_or(FreeError::Foreign { pfn })?;
-                if !alloc.get(off) {
+                if !alloc.get(off) || self.scrub_holds(r, off) {
                     return Err(FreeError::DoubleFree { pfn });
                 }
                 let extra = self.meta.plane(r, Which::Extra);

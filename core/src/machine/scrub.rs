@@ -8,6 +8,8 @@
 use super::{AllocFlags, Machine};
 use crate::addr::{Pfn, PhysRange};
 use crate::buddy::Got;
+use crate::node::ZoneKind;
+use crate::topology::NodeId;
 
 impl<'a> Machine<'a> {
     /// Clears `frames` frames from `pfn` through the platform (nothing without a clearer).
@@ -18,6 +20,36 @@ impl<'a> Machine<'a> {
         ) {
             c.clear(range);
         }
+    }
+
+    /// Clears up to `budget` dirty free frames of `node` in the background, and returns how
+    /// many dirty free frames the node has left (its [`Node::dirty_pages`](crate::Node::dirty_pages)).
+    ///
+    /// Meant for idle CPUs near the node (walk [`Machine::fallback_order`] of the CPU's node to
+    /// pick the nearest node with work). It never holds a zone lock while it clears: it takes
+    /// one dirty free unit off its zone, clears it through the platform's
+    /// [`FrameClearer`](crate::FrameClearer), and puts it back clean. An allocation that needs
+    /// the unit meanwhile makes it stop and give the unit back (the part it cleared stays
+    /// clean), and the call returns. A unit of whole pageblocks is cleared a pageblock at a
+    /// time, so a call clears at most `max(budget, 512)` frames. Frames in per-CPU caches are
+    /// not scrubbed until they go back to their zone. Without a clearer nothing is cleared.
+    pub fn scrub(&self, node: NodeId, budget: u64) -> u64 {
+        let Some(n) = self.node(node) else {
+            return 0;
+        };
+        if let Some(clearer) = self.clearer {
+            let mut left = budget;
+            'zones: for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
+                let zone = n.zone(kind);
+                while left > 0 {
+                    match zone.scrub(left, clearer, &self.caches) {
+                        Some(0) | None => continue 'zones,
+                        Some(done) => left = left.saturating_sub(done),
+                    }
+                }
+            }
+        }
+        n.dirty_pages()
     }
 
     /// The block of `got`, its dirty part cleared if `flags` ask for zeroed memory.
