@@ -172,6 +172,17 @@ impl FreeArea {
         self.meta.set_planes(r, alloc, Some(extra), self.need)
     }
 
+    /// Before a dirty free into clean split pageblock `r` without an extra plane, gives it one
+    /// if the pool can spare it: its clean free frames stay known clean (and
+    /// [`FreeArea::bulk_undo`] restores the dirty count exactly). Without one, the whole
+    /// pageblock's free frames turn dirty.
+    fn keep_clean_apart(&mut self, r: PbRef) {
+        let clean = self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY == 0);
+        if clean && !self.meta.has_plane(r, Which::Extra) {
+            let _ = self.ensure_extra(r);
+        }
+    }
+
     /// Fills `out` with order-0 frames for `class`, taking every free frame of each pageblock it
     /// picks before the next. Returns how many it placed, how many of those may be dirty, and
     /// why it stopped short. With `zero`, the dirty frames are the last ones placed (so the
@@ -508,6 +519,9 @@ impl FreeArea {
     /// [`FreeArea::find`]); its frames become free, and dirty unless the caller cleared them.
     /// Without an extra plane, clean frames freed into a dirty pageblock count as dirty.
     pub(crate) fn free_small(&mut self, r: PbRef, off: usize, order: u8, dirty: bool) {
+        if dirty {
+            self.keep_clean_apart(r);
+        }
         let len = 1usize << order;
         let was_full = self.meta.pb(r).is_some_and(|h| h.free == 0);
         self.tracking(r, |a| {
@@ -545,6 +559,7 @@ impl FreeArea {
     /// pageblock: [`FreeArea::bulk_undo`] can still take it back exactly, or
     /// [`FreeArea::resettle`] finish it.
     pub(crate) fn bulk_free(&mut self, r: PbRef, off: usize) {
+        self.keep_clean_apart(r);
         self.tracking(r, |a| {
             a.meta.update_planes(r, |alloc, extra| {
                 alloc.put(off, false);
