@@ -256,6 +256,10 @@ fn amd_4node_prints_the_seed_table() {
         text.contains("heap: node 0: "),
         "the heap grew on node 0:\n{text}"
     );
+    assert!(
+        text.contains("scrub: cleared ") && text.contains("; zeroed frames read zero"),
+        "the boot CPU scrubbed and a dirtied frame came back zeroed:\n{text}"
+    );
 }
 
 #[test]
@@ -608,6 +612,10 @@ fn x86_amd_4node_prints_the_seed_table() {
         "hugepagesz=2M hugepages=8 numaframe.weights=3,3,1,1",
     );
     println!("{text}");
+    assert!(
+        text.contains("scrub: cleared ") && text.contains("; zeroed frames read zero"),
+        "the boot CPU scrubbed (rep stosb) and a dirtied frame came back zeroed:\n{text}"
+    );
     let lines = fallback_lines(&text);
     assert_eq!(lines, vector_lines("amd-4node"));
     assert_eq!(

@@ -20,8 +20,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use numaframe::fdt::{self as dt, FdtTopology};
 use numaframe::{
-    AllocFlags, BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Order, PAGE_SIZE, PhysMemory,
-    PhysRange, Topology,
+    AllocFlags, BootOptions, FrameClearer, Machine, MemoryRange, NodeId, NodeInfo, Order,
+    PAGE_SIZE, PhysMemory, PhysRange, Topology,
 };
 
 use crate::boot::{self, MAX_CPUS, MAX_NODES, MAX_RANGES, Options};
@@ -248,6 +248,80 @@ unsafe impl PhysMemory for Identity {
 
 static MEMORY: Identity = Identity;
 
+/// Clears frames for the allocator. With the MMU (and so the data cache) on, `DC ZVA` zeroes a
+/// block at a time and `DC CVAC` cleans the lines to the point of coherency, so that a reader
+/// with its caches off (a guest, a device) sees the zeros; with the MMU off memory is Device
+/// memory, where `DC ZVA` faults: plain aligned stores reach memory directly.
+struct Clearer;
+
+/// Bytes `DC ZVA` zeroes, if the CPU allows it (`DCZID_EL0`: bit 4 prohibits it, bits 0..4
+/// are log2 of the block in words).
+fn zva_block() -> Option<usize> {
+    let v: u64;
+    // SAFETY: reading an ID register has no side effect.
+    unsafe { asm!("mrs {}, dczid_el0", out(reg) v, options(nomem, nostack, preserves_flags)) };
+    (v & (1 << 4) == 0).then(|| 4usize << (v & 0xf))
+}
+
+/// The smallest data cache line in bytes (`CTR_EL0.DminLine`, log2 of words).
+fn dcache_line() -> usize {
+    let v: u64;
+    // SAFETY: reading an ID register has no side effect.
+    unsafe { asm!("mrs {}, ctr_el0", out(reg) v, options(nomem, nostack, preserves_flags)) };
+    4usize << ((v >> 16) & 0xf)
+}
+
+fn mmu_on() -> bool {
+    let v: u64;
+    // SAFETY: reading the system control register has no side effect.
+    unsafe { asm!("mrs {}, sctlr_el1", out(reg) v, options(nomem, nostack, preserves_flags)) };
+    v & 1 != 0
+}
+
+impl FrameClearer for Clearer {
+    fn clear(&self, range: PhysRange) {
+        let (Ok(start), Ok(len)) = (
+            usize::try_from(range.start().addr().get()),
+            usize::try_from(range.bytes()),
+        ) else {
+            return;
+        };
+        let base: *mut u8 = ptr::with_exposed_provenance_mut(start);
+        match zva_block().filter(|b| mmu_on() && b.is_power_of_two() && *b <= PAGE_SIZE as usize) {
+            Some(block) => {
+                let line = dcache_line();
+                for off in (0..len).step_by(block) {
+                    // SAFETY: identity-mapped RAM the allocator owns (see `Identity`), nobody's
+                    // while it clears it; `off` is block aligned (ranges are whole pages).
+                    unsafe {
+                        asm!("dc zva, {}", in(reg) base.add(off), options(nostack, preserves_flags))
+                    };
+                }
+                for off in (0..len).step_by(line) {
+                    // SAFETY: as above; cleaning a line to the point of coherency only writes
+                    // it back.
+                    unsafe {
+                        asm!("dc cvac, {}", in(reg) base.add(off), options(nostack, preserves_flags))
+                    };
+                }
+            }
+            None => {
+                let words = base.cast::<u64>();
+                for i in 0..len / 8 {
+                    // SAFETY: as above; the range is page aligned, so every word is aligned, as
+                    // Device memory needs.
+                    unsafe { words.add(i).write_volatile(0) };
+                }
+            }
+        }
+        // SAFETY: a barrier: the zeros (and the cleans) complete before the frames are handed
+        // out.
+        unsafe { asm!("dsb sy", options(nostack, preserves_flags)) };
+    }
+}
+
+static CLEARER: Clearer = Clearer;
+
 /// The device tree's tables, kept for the machine's lifetime.
 struct Tables {
     distances: [u8; MAX_NODES * MAX_NODES],
@@ -441,7 +515,7 @@ extern "C" fn kmain(x0: usize) -> ! {
         ..BootOptions::default()
     };
     let machine = match Machine::boot(topology, &MEMORY, &t.usable[..t.nusable], opts) {
-        Ok(m) => MACHINE.call_once(|| m),
+        Ok(m) => MACHINE.call_once(|| m.with_clearer(&CLEARER)),
         Err(e) => fail!("boot: {e}"),
     };
     #[cfg(feature = "defmt")]

@@ -18,7 +18,7 @@ use core::fmt::{self, Write};
 use core::panic::PanicInfo;
 
 use numaframe::heap::{DEFAULT_GROW_ORDER, IdentityMap, NumaHeap};
-use numaframe::{Machine, NodeId, PAGE_SIZE};
+use numaframe::{AllocFlags, Machine, NodeId, Order, PAGE_SIZE, Pfn};
 
 use crate::arch;
 use crate::boot::{self, MAX_CPUS, MAX_NODES, Options};
@@ -157,6 +157,7 @@ pub fn run(
         Ok(f) => f,
         Err(e) => fail!("{e}"),
     };
+    scrub_nearby(machine, cpu_node);
     let heap_bytes = match boot::exercise_heap() {
         Ok(b) => b,
         Err(e) => fail!("{e}"),
@@ -201,6 +202,50 @@ pub fn run(
     #[cfg(all(target_arch = "aarch64", feature = "defmt"))]
     crate::log::done();
     arch::halt(true)
+}
+
+/// Frames the boot CPU scrubs per node while it has nothing else to do (16 MiB).
+const SCRUB_BUDGET: u64 = 4096;
+
+/// The bytes of frame `pfn`, through the identity map.
+fn frame_bytes(pfn: Pfn) -> &'static mut [u8] {
+    let p: *mut u8 = core::ptr::with_exposed_provenance_mut(pfn.addr().get() as usize);
+    // SAFETY: RAM is identity-mapped (see the arch's `Identity`), and the caller holds the
+    // frame: the allocator handed it out and nobody else uses it until it is freed.
+    unsafe { core::slice::from_raw_parts_mut(p, PAGE_SIZE as usize) }
+}
+
+/// Scrubs the nodes nearest `cpu_node` first, as an idle CPU would, then checks that a frame
+/// dirtied and freed comes back zeroed with `ZERO`.
+fn scrub_nearby(machine: &Machine<'_>, cpu_node: NodeId) {
+    let dirty = || machine.nodes().iter().map(|n| n.dirty_pages()).sum::<u64>();
+    let before = dirty();
+    let mut near = [NodeId::new(0); MAX_NODES];
+    let n = machine.fallback_order(cpu_node, &mut near);
+    for &node in &near[..n] {
+        machine.scrub(node, SCRUB_BUDGET);
+    }
+    let after = dirty();
+    let Some(p) = machine.alloc(cpu_node, Order::ZERO, AllocFlags::empty()) else {
+        fail!("scrub: no frame")
+    };
+    frame_bytes(p).fill(0xa5);
+    if machine.free(p, Order::ZERO).is_err() {
+        fail!("scrub: free")
+    }
+    let Some(q) = machine.alloc(cpu_node, Order::ZERO, AllocFlags::ZERO) else {
+        fail!("scrub: no zeroed frame")
+    };
+    if frame_bytes(q).iter().any(|b| *b != 0) {
+        fail!("scrub: a zeroed frame at {q} holds data")
+    }
+    if machine.free(q, Order::ZERO).is_err() {
+        fail!("scrub: free")
+    }
+    println(format_args!(
+        "scrub: cleared {} of {before} dirty free frames near node {cpu_node}; zeroed frames read zero",
+        before - after.min(before)
+    ));
 }
 
 /// Where a CPU other than the boot CPU goes once it has a stack: it joins the SMP run as
