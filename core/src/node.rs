@@ -247,12 +247,7 @@ impl Zone {
     /// the unit it finds is whole pageblocks) through `clearer`, with the lock dropped while it
     /// clears. Returns how many frames it cleared, `None` if it found nothing to do or an
     /// allocation waits for the zone.
-    pub(crate) fn scrub(
-        &self,
-        budget: u64,
-        clearer: &dyn FrameClearer,
-        hot: &dyn HotFrames,
-    ) -> Option<u64> {
+    pub(crate) fn scrub(&self, budget: u64, clearer: &dyn FrameClearer) -> Option<u64> {
         // Relaxed: see `wait_for_scrub`.
         let waiting = || self.scrub_waiters.load(Ordering::Relaxed) > 0;
         let work = {
@@ -278,7 +273,7 @@ impl Zone {
             cleared += unit;
             i = b + 1;
         }
-        self.inner.lock().area.scrub_put(done, hot);
+        self.inner.lock().area.scrub_put(done);
         Some(cleared)
     }
 

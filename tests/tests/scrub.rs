@@ -424,6 +424,19 @@ fn allocations_take_back_what_a_running_scrub_holds() {
             assert_eq!(first_dirty(sim.memory(), p, 1), None);
             fill(sim.memory(), p, 1, 7);
             got.push(p);
+            if got.len() % 512 == 0 {
+                // The walk sees a held unit as free, counted and marked consistently.
+                m.check_invariants().unwrap();
+                // Frees race the scrub too: half of them come back dirty into the zone.
+                let p = got.swap_remove(got.len() / 2);
+                m.free(p, Order::ZERO).unwrap();
+                let q = m
+                    .alloc(n1, Order::ZERO, AllocFlags::ZERO | AllocFlags::THISNODE)
+                    .unwrap();
+                assert_eq!(first_dirty(sim.memory(), q, 1), None);
+                fill(sim.memory(), q, 1, 7);
+                got.push(q);
+            }
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(

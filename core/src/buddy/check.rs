@@ -413,7 +413,7 @@ impl FreeArea {
         }
         let mut expected = 0u64;
         self.for_each_split(|r, h, _| {
-            if h.free > 0 && self.spare[h.class.index()] != Some(r) {
+            if h.free > 0 && self.spare[h.class.index()] != Some(r) && !self.scrub_holds_pb(r) {
                 expected += 1;
             }
         });

@@ -12,7 +12,7 @@
 #![deny(unsafe_code)]
 
 use super::dirty::section_frames_dirty;
-use super::{Big, FreeArea, HotFrames};
+use super::{Big, FreeArea};
 use crate::addr::{MAX_ORDER, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::meta::{
@@ -63,6 +63,12 @@ impl FreeArea {
                 dirty,
             }) => (taken.count() as u64, dirty),
         }
+    }
+
+    /// `true` if a scrub holds frames of pageblock `r`: it is in no bucket and not the spare
+    /// meanwhile, so no CPU can be lent it and no class steal it.
+    pub(super) fn scrub_holds_pb(&self, r: PbRef) -> bool {
+        matches!(self.scrub, Some(Scrubbing { held: Held::Frames { r: h, .. }, .. }) if h == r)
     }
 
     /// `true` if a scrub holds frame `off` of pageblock `r`.
@@ -243,7 +249,6 @@ impl FreeArea {
             held: Held::Frames { r, taken },
             dirty: before - after,
         });
-        self.settle(r);
         Some(ScrubWork {
             base: self.pb_base(r),
             bits: taken,
@@ -252,8 +257,8 @@ impl FreeArea {
     }
 
     /// Puts the unit a scrub holds back: the units of `done` clean, the rest as dirty as they
-    /// were. Frames of a pageblock lent to a CPU meanwhile go back through `hot`.
-    pub(crate) fn scrub_put(&mut self, done: Plane, hot: &dyn HotFrames) {
+    /// were.
+    pub(crate) fn scrub_put(&mut self, done: Plane) {
         let Some(Scrubbing { held, dirty }) = self.scrub.take() else {
             return;
         };
@@ -290,20 +295,13 @@ impl FreeArea {
                 self.merge_big(r, order);
             }
             Held::Frames { r, taken } => {
-                let base = self.pb_base(r);
-                // They leave the zone's count: to the CPU holding the pageblock now, or back
-                // through `free_small`, which counts them free again.
+                // `free_small` counts them free again.
                 self.free_pages -= taken.count() as u64;
-                if let Some((cpu, slot)) = self.holder(r) {
-                    for off in (0..FRAMES).filter(|&i| taken.get(i)) {
-                        let pfn = Pfn::new(base.get() + off as u64);
-                        let _ = hot.free(cpu, slot, off, 0, pfn, !done.get(off));
-                    }
-                    return;
-                }
                 for off in (0..FRAMES).filter(|&i| taken.get(i)) {
                     self.free_small(r, off, 0, !done.get(off));
                 }
+                self.bucket_remove(r);
+                self.settle(r);
             }
         }
     }

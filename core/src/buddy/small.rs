@@ -543,6 +543,10 @@ impl FreeArea {
         let Some(h) = self.meta.pb(r) else {
             return;
         };
+        if self.scrub_holds_pb(r) {
+            // Out of every bucket until the scrub puts its frames back and settles it.
+            return;
+        }
         let wholly = self.meta.span(r.span).is_some_and(|s| {
             let (lo, hi) = s.pb_frames(r.index);
             usize::from(h.free) == hi - lo
@@ -604,7 +608,10 @@ impl FreeArea {
         let Some(h) = self.meta.pb(r) else {
             return;
         };
-        if h.state != PbState::Split || self.spare[h.class.index()] == Some(r) {
+        if h.state != PbState::Split
+            || self.spare[h.class.index()] == Some(r)
+            || self.scrub_holds_pb(r)
+        {
             return;
         }
         let wholly = self.meta.span(r.span).is_some_and(|s| {

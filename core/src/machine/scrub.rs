@@ -42,7 +42,7 @@ impl<'a> Machine<'a> {
             'zones: for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
                 let zone = n.zone(kind);
                 while left > 0 {
-                    match zone.scrub(left, clearer, &self.caches) {
+                    match zone.scrub(left, clearer) {
                         Some(0) | None => continue 'zones,
                         Some(done) => left = left.saturating_sub(done),
                     }
