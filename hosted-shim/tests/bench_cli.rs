@@ -141,6 +141,18 @@ fn quick_json_reports_every_scenario() {
         assert!(found <= free, "{a}: {probe}");
         assert!(r["frames"].as_u64().is_some());
     }
+    // Dirty state never steers placement: freeing clean or dirty gives the same fragmentation.
+    assert_eq!(
+        result(scenario::CHURN, name::NUMAFRAME_NODE)["checkpoints"],
+        result(scenario::CHURN, name::NUMAFRAME_NODE_CLEAN)["checkpoints"]
+    );
+    for a in [
+        name::NUMAFRAME_NODE,
+        name::NUMAFRAME_NODE_ZERO,
+        name::NUMAFRAME_NODE_ZERO_DIRTY,
+    ] {
+        assert!(has(scenario::ZERO_CLEAN, a), "zeroed pairs: {a} missing");
+    }
     for a in [name::NUMAFRAME_NODE, name::ORACLE] {
         let r = result(scenario::GUESTS, a);
         let checkpoints = r["checkpoints"].as_array().expect("guest checkpoints");

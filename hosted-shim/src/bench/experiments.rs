@@ -188,6 +188,15 @@ fn churn_all(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
             .map_err(err("churn, numaframe-node"))?;
         record(sink, name::NUMAFRAME_NODE, o);
     }
+    step(sink, name::NUMAFRAME_NODE_CLEAN)?;
+    {
+        let node = OneNode::exact(frames)?;
+        let m = node.boot()?;
+        let mut a = NumaNode::new(&m, NodeId::new(0), AllocFlags::empty()).freeing_clean();
+        let o = churn::run(&mut a, base, frames, rounds, true, &mut |_| {})
+            .map_err(err("churn, numaframe-node-clean-free"))?;
+        record(sink, name::NUMAFRAME_NODE_CLEAN, o);
+    }
     step(sink, name::BUDDY)?;
     let o = churn::run(
         &mut Buddy::new(frames),

@@ -92,6 +92,14 @@ pub mod name {
     pub const FLOOR_PER_THREAD: &str = "floor-per-thread";
     /// numaframe through the node API (`Machine::alloc`/`free`), no per-CPU cache.
     pub const NUMAFRAME_NODE: &str = "numaframe-node";
+    /// The node API with `AllocFlags::ZERO`, frames given back with `Machine::free_clean`
+    /// (they stay clean, so nothing is ever cleared).
+    pub const NUMAFRAME_NODE_ZERO: &str = "numaframe-node-zero";
+    /// The node API with `AllocFlags::ZERO`, frames given back dirty (`Machine::free`), so
+    /// every allocation clears its frame inline.
+    pub const NUMAFRAME_NODE_ZERO_DIRTY: &str = "numaframe-node-zero-inline";
+    /// The node API freeing with `Machine::free_clean` (the dirty state's control).
+    pub const NUMAFRAME_NODE_CLEAN: &str = "numaframe-node-clean-free";
     /// The occupancy-aware oracle of [`crate::bench::oracle`].
     pub const ORACLE: &str = "oracle";
 }
@@ -148,6 +156,9 @@ pub mod scenario {
     pub const NODE_ORDER9: &str = "node API order-9 pair, exactly 1GiB";
     /// The same at order 18: the whole node.
     pub const NODE_ORDER18: &str = "node API order-18 pair, exactly 1GiB";
+    /// Node-API order-0 pair on a 1 GiB node booted zeroed: plain, with `ZERO` from clean
+    /// memory, and with `ZERO` on a frame freed dirty (inline clearing).
+    pub const ZERO_CLEAN: &str = "node API order-0 pair, ZERO from clean memory";
     /// LLFree's "repeat": all of 1 GiB allocated in 4 KiB frames, then a free of a random held
     /// frame followed by an allocation, over and over; ns per free+allocation.
     pub const REPEAT: &str = "repeat 1GiB: random free + alloc, memory full";
@@ -196,6 +207,7 @@ pub mod scenario {
         NODE_ORDER0,
         NODE_ORDER9,
         NODE_ORDER18,
+        ZERO_CLEAN,
         REPEAT,
         HOTADD_LOAD,
         HOTADD_IDLE,
@@ -257,11 +269,14 @@ pub fn describe(scenario: &str) -> &'static str {
         }
         NODE_ORDER9 => "the same at order 9 (2 MiB); ns per pair",
         NODE_ORDER18 => "the same at order 18 (the whole 1 GiB); ns per pair",
+        ZERO_CLEAN => {
+            "order-0 Machine::alloc + free on 1 GiB booted zeroed: plain; AllocFlags::ZERO with free_clean (clean memory, nothing cleared; target within 10% of plain); ZERO with dirty frees (4 KiB cleared per pair); ns per pair"
+        }
         REPEAT => {
             "all of 1 GiB held in 4 KiB frames, then free a random held frame and allocate one, repeatedly; ns per free+alloc"
         }
         CHURN => {
-            "fill with 4 KiB, free a random 50%, then rounds of freeing a random 10% of held frames and allocating as many; HBA_k = free frames in whole aligned 2^k blocks / free frames, from the bench's record; ns per alloc or free"
+            "fill with 4 KiB, free a random 50%, then rounds of freeing a random 10% of held frames and allocating as many; HBA_k = free frames in whole aligned 2^k blocks / free frames, from the bench's record; numaframe-node frees dirty, numaframe-node-clean-free clean (dirty state must not change HBA); ns per alloc or free"
         }
         GUESTS => {
             "guests of 0.5-3 GiB backed with 1 GiB, then 2 MiB, then 4 KiB frames, one torn down a day, their 4 KiB pools churned; the host's 4 KiB allocations (3%) outlive them; ns per alloc or free"

@@ -62,6 +62,8 @@ pub struct NumaNode<'m, 'a> {
     machine: &'m Machine<'a>,
     node: NodeId,
     flags: AllocFlags,
+    /// Frees go through `Machine::free_clean`.
+    clean: bool,
 }
 
 impl<'m, 'a> NumaNode<'m, 'a> {
@@ -71,6 +73,16 @@ impl<'m, 'a> NumaNode<'m, 'a> {
             machine,
             node,
             flags,
+            clean: false,
+        }
+    }
+
+    /// The same, freeing through `Machine::free_clean`: the frames come back clean (the
+    /// bench never writes them).
+    pub fn freeing_clean(self) -> Self {
+        NumaNode {
+            clean: true,
+            ..self
         }
     }
 }
@@ -82,9 +94,13 @@ impl Frames for NumaNode<'_, '_> {
             .map(Pfn::get)
     }
     fn free(&mut self, frame: u64, order: u8) {
-        self.machine
-            .free(Pfn::new(frame), Order::new(order))
-            .expect("numaframe refused a frame it handed out");
+        let (pfn, order) = (Pfn::new(frame), Order::new(order));
+        if self.clean {
+            self.machine.free_clean(pfn, order)
+        } else {
+            self.machine.free(pfn, order)
+        }
+        .expect("numaframe refused a frame it handed out");
     }
 }
 
@@ -225,6 +241,28 @@ impl OneNode {
                 ..BootOptions::default()
             },
         )
+        .map_err(|e| io::Error::other(format!("boot: {e}")))
+    }
+
+    /// [`OneNode::boot`] of memory the platform says is zeroed, clearing through the
+    /// simulated memory (for `AllocFlags::ZERO`).
+    ///
+    /// # Errors
+    /// The core's boot error.
+    pub fn boot_zeroed(&self) -> io::Result<Machine<'_>> {
+        let cpus = [NodeId::new(0); CPUS];
+        Machine::boot(
+            self.spec.topology(),
+            &self.memory,
+            &self.ranges,
+            BootOptions {
+                cpus: &cpus,
+                min_free_kbytes: Some(0),
+                zeroed: true,
+                ..BootOptions::default()
+            },
+        )
+        .map(|m| m.with_clearer(&self.memory))
         .map_err(|e| io::Error::other(format!("boot: {e}")))
     }
 }

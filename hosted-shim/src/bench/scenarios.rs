@@ -406,7 +406,40 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
     // The zonelist hint on fake-64.
     hint(v)?;
     node_exact(v)?;
+    zero_clean(v)?;
     repeat_group(v)
+}
+
+/// Zeroed order-0 pairs from clean memory next to plain ones, and with inline clearing.
+fn zero_clean(v: &mut dyn Visitor) -> io::Result<()> {
+    use scenario::ZERO_CLEAN;
+    let nodes = [
+        OneNode::exact(FRAMES_1G)?,
+        OneNode::exact(FRAMES_1G)?,
+        OneNode::exact(FRAMES_1G)?,
+    ];
+    let [a, b, c] = &nodes;
+    let (ma, mb, mc) = (a.boot_zeroed()?, b.boot_zeroed()?, c.boot_zeroed()?);
+    let n0 = NodeId::new(0);
+    let mut plain = NumaNode::new(&ma, n0, AllocFlags::empty());
+    let mut zero = NumaNode::new(&mb, n0, AllocFlags::ZERO).freeing_clean();
+    let mut inline = NumaNode::new(&mc, n0, AllocFlags::ZERO);
+    let cells = vec![
+        cell(ZERO_CLEAN, name::NUMAFRAME_NODE, move |i| {
+            pairs(&mut plain, 0, i)
+        }),
+        cell(ZERO_CLEAN, name::NUMAFRAME_NODE_ZERO, move |i| {
+            pairs(&mut zero, 0, i)
+        }),
+        cell(ZERO_CLEAN, name::NUMAFRAME_NODE_ZERO_DIRTY, move |i| {
+            pairs(&mut inline, 0, i)
+        }),
+    ];
+    v.group(Group {
+        title: "zeroed allocation",
+        heavy: false,
+        cells,
+    })
 }
 
 /// Node-API pairs at orders 0, 9 and 18 on a node of exactly 1 GiB, next to the peers.
