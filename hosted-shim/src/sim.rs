@@ -100,6 +100,36 @@ impl SimMemory {
         Some(unsafe { a.ptr.add((addr - a.base) as usize) })
     }
 
+    /// Writes `byte` over every byte of `range` (a guest writing its memory); a range outside
+    /// every arena is left alone.
+    ///
+    /// # Safety
+    /// The caller owns the frames of `range`: the allocator handed them out and they are not
+    /// freed, so nothing else reads or writes them meanwhile.
+    pub unsafe fn fill(&self, range: PhysRange, byte: u8) {
+        let start = range.start().addr().get();
+        if let Some(a) = self
+            .arenas
+            .iter()
+            .find(|a| a.contains(start, range.bytes()))
+        {
+            // SAFETY: inside the arena's mapping (`contains`), and the caller's frames.
+            unsafe {
+                a.ptr
+                    .add((start - a.base) as usize)
+                    .write_bytes(byte, range.bytes() as usize);
+            }
+        }
+    }
+
+    /// The first 8 bytes of frame `pfn`, for its owner to check.
+    pub fn first_word(&self, pfn: Pfn) -> Option<u64> {
+        let p = self.frame_ptr(pfn)?;
+        // SAFETY: the frame lies in an arena (`frame_ptr`), is page aligned, and a read of
+        // plain memory (its contents are whatever its last writer left) is always defined.
+        Some(unsafe { p.cast::<u64>().as_ptr().read_volatile() })
+    }
+
     /// Bytes of the arenas that are resident (touched), from `mincore`.
     pub fn resident_bytes(&self) -> u64 {
         let page = 4096u64;
@@ -159,22 +189,9 @@ unsafe impl PhysMemory for SimMemory {
 /// clean to memory follows). A range outside every arena is left alone.
 impl FrameClearer for SimMemory {
     fn clear(&self, range: PhysRange) {
-        let start = range.start().addr().get();
-        let Some(a) = self
-            .arenas
-            .iter()
-            .find(|a| a.contains(start, range.bytes()))
-        else {
-            return;
-        };
-        // SAFETY: `contains` checked that the range lies inside the arena's mapping, and the
-        // allocator clears only frames that nobody owns while it does (free frames it scrubs,
-        // or frames it is about to hand out), so no reference to them exists.
-        unsafe {
-            a.ptr
-                .add((start - a.base) as usize)
-                .write_bytes(0, range.bytes() as usize);
-        }
+        // SAFETY: the allocator clears only frames that nobody owns while it does (free frames
+        // it scrubs, or frames it is about to hand out), so it stands in for their owner.
+        unsafe { self.fill(range, 0) };
     }
 }
 

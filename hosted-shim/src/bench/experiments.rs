@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::oracle::Oracle;
 use super::{
     Bitmap, Buddy, Measurement, NODE_BASE, NumaCpu, NumaNode, OneNode, Report, churn, guests,
-    hotadd, name, scenario,
+    hotadd, name, scenario, teardown,
 };
 
 /// How big the experiments are.
@@ -32,6 +32,8 @@ pub struct Sizes {
     pub hotadd_calls: usize,
     /// When a `hot_add` call counts as timed out.
     pub hotadd_timeout: Duration,
+    /// Frames of the torn-down guest.
+    pub teardown_frames: u64,
 }
 
 impl Sizes {
@@ -43,6 +45,7 @@ impl Sizes {
         guest_days: 200,
         hotadd_calls: 20,
         hotadd_timeout: Duration::from_millis(500),
+        teardown_frames: 1 << 20,
     };
     /// `--quick`: 1 GiB of churn, 8 GiB of guests.
     pub const QUICK: Sizes = Sizes {
@@ -52,6 +55,7 @@ impl Sizes {
         guest_days: 50,
         hotadd_calls: 5,
         hotadd_timeout: Duration::from_millis(100),
+        teardown_frames: 1 << 18,
     };
 }
 
@@ -79,7 +83,42 @@ impl std::fmt::Debug for Sink<'_> {
 pub fn run(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
     hot_add(sizes, sink)?;
     churn_all(sizes, sink)?;
-    guests_all(sizes, sink)
+    guests_all(sizes, sink)?;
+    teardown(sizes, sink)
+}
+
+fn teardown(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
+    let s = scenario::TEARDOWN;
+    (sink.progress)(s)?;
+    let t = teardown::run(sizes.teardown_frames)?;
+    let ms = |ns: u128| ns as f64 / 1e6;
+    let way = |name: &str, w: &teardown::WayTimes| {
+        format!(
+            "{name}: teardown {:.1} ms, scrub {:.1} ms, reallocation {:.1} ms, total {:.1} ms",
+            ms(w.teardown_ns),
+            ms(w.scrub_ns),
+            ms(w.realloc_ns),
+            ms(w.teardown_ns + w.scrub_ns + w.realloc_ns)
+        )
+    };
+    let detail = vec![
+        format!("guest of {} MiB", t.bytes >> 20),
+        way("inline zeroing", &t.inline),
+        way("background scrub", &t.background),
+        way("no zeroing (floor)", &t.floor),
+        format!(
+            "memset of the same memory {:.1} ms; clearing throughput vs memset: scrub {:.0}%, inline {:.0}%",
+            ms(t.memset_ns),
+            100.0 * t.scrub_vs_memset,
+            100.0 * t.inline_vs_memset
+        ),
+    ];
+    let extra = serde_json::to_value(t).map_err(io::Error::other)?;
+    let ns = t.background.scrub_ns as f64 / sizes.teardown_frames.max(1) as f64;
+    sink.report
+        .results
+        .push(measurement(s, name::NUMAFRAME, ns, extra, detail));
+    (sink.done)(sink.report, s)
 }
 
 fn err(what: &str) -> impl Fn(String) -> io::Error + '_ {

@@ -50,6 +50,7 @@ pub mod peers;
 pub mod report;
 pub mod runner;
 pub mod scenarios;
+pub mod teardown;
 
 pub use numa::{NumaCpu, NumaNode, NumaPolicy, OneNode, set_caches};
 pub use ops::{Rng, Sample};
@@ -181,6 +182,12 @@ pub mod scenario {
     pub const HOTADD_LOAD: &str = "hot_add latency, 2 threads allocating";
     /// The control: the same calls on an idle machine.
     pub const HOTADD_IDLE: &str = "hot_add latency, idle machine";
+    /// Teardown of a guest and a zeroed reallocation of the same memory
+    /// ([`crate::bench::teardown`]), 4 GiB (1 GiB with `--quick`); `ns_per_op` is the
+    /// background scrub's time per frame. JSON fields: `bytes`; `inline`, `background`,
+    /// `floor`: `{"teardown_ns","scrub_ns","realloc_ns"}`; `memset_ns`, `scrub_vs_memset`,
+    /// `inline_vs_memset`.
+    pub const TEARDOWN: &str = "guest teardown + zeroed reallocation";
 
     /// Every scenario, in run order.
     pub const ALL: &[&str] = &[
@@ -213,6 +220,7 @@ pub mod scenario {
         HOTADD_IDLE,
         CHURN,
         GUESTS,
+        TEARDOWN,
     ];
 }
 
@@ -285,6 +293,9 @@ pub fn describe(scenario: &str) -> &'static str {
             "Machine::hot_add of 64 MiB, request to return, while 2 threads run alloc_cpu/free_cpu windows of 1024 frames; ns = median wait"
         }
         HOTADD_IDLE => "the same calls with no other thread running; ns = median wait",
+        TEARDOWN => {
+            "a guest backed by 2 MiB blocks writes all its memory and is torn down (dirty frees), then the same memory is allocated with ZERO: inline zeroing, a background scrub on one thread in between, and no zeroing (floor); clearing throughput against one memset of the same memory (target >= 80%); ns = scrub per frame"
+        }
         _ => "",
     }
 }

@@ -244,6 +244,11 @@ impl OneNode {
         .map_err(|e| io::Error::other(format!("boot: {e}")))
     }
 
+    /// The node's simulated memory.
+    pub fn memory(&self) -> &SimMemory {
+        &self.memory
+    }
+
     /// [`OneNode::boot`] of memory the platform says is zeroed, clearing through the
     /// simulated memory (for `AllocFlags::ZERO`).
     ///
