@@ -9,7 +9,7 @@
 //! is left does it steal the emptiest pageblock of the other class.
 #![deny(unsafe_code)]
 
-use super::{Big, FreeArea, NoBlock};
+use super::{Big, FreeArea, NoBlock, PLAIN, SMALL};
 use crate::addr::{Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::FreeError;
@@ -98,6 +98,7 @@ impl FreeArea {
             h.free = (hi - lo) as u16;
             h.multi = 0;
         });
+        self.count_split(r, true);
         self.free_pages += (hi - lo) as u64;
         self.settle(r);
         Ok(())
@@ -304,7 +305,7 @@ impl FreeArea {
 
     /// Takes a free pageblock from the buddy and splits it for `class`.
     fn claim(&mut self, class: Class) -> Result<PbRef, NoBlock> {
-        let b = self.take_big(PB_SHIFT as u8)?;
+        let b = self.take_big(PB_SHIFT as u8, [SMALL, PLAIN])?;
         let Big::Pb(r) = b else {
             return Err(NoBlock::Empty);
         };
@@ -324,6 +325,7 @@ impl FreeArea {
             h.multi = 0;
             h.bucket = 0;
         });
+        self.count_split(r, true);
         Ok(r)
     }
 
