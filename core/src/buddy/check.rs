@@ -457,7 +457,8 @@ impl FreeArea {
         }
         let mut expected = 0u64;
         self.for_each_split(|r, h, _| {
-            if h.free > 0 && self.spare[h.class.index()] != Some(r) {
+            let reserved = self.slab_pb == Some(r) && h.bucket == 0;
+            if h.free > 0 && self.spare[h.class.index()] != Some(r) && !reserved {
                 expected += 1;
             }
         });

@@ -90,6 +90,11 @@ pub(crate) struct FreeArea {
     counts: [u64; BIG],
     buckets: [Buckets; Class::ALL.len()],
     spare: [Option<PbRef>; Class::ALL.len()],
+    /// The pageblock the last slab of the metadata pool came from. The next slab comes from it
+    /// too while it has room, and other requests take its frames only when nothing else can
+    /// serve them (it stays out of the buckets), so the pool's frames, which are never freed,
+    /// pin few pageblocks.
+    slab_pb: Option<PbRef>,
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
     /// Huge-page pools, 2 MiB then 1 GiB.
@@ -137,6 +142,7 @@ impl FreeArea {
                 nonempty: Plane::EMPTY,
             }),
             spare: [None; Class::ALL.len()],
+            slab_pb: None,
             free_pages: 0,
             managed_pages: 0,
             pools: [HugePool {
@@ -150,16 +156,39 @@ impl FreeArea {
 
     /// Frames for a new slab of the metadata pool, as order-0 frames (contiguous, so the
     /// platform maps them in one range; order-0, so their pageblock needs no extra plane): the
-    /// fullest long-lived pageblock with a free aligned run of them, else a claimed free one.
-    /// The claim may use the pool's reserve.
+    /// pageblock of the previous slab while it has a free aligned run of them, else the fullest
+    /// long-lived pageblock with one, else a claimed free one. The claim may use the pool's
+    /// reserve.
     pub(crate) fn alloc_slab(&mut self, what: Short) -> Result<Pfn, NoBlock> {
         let frames = crate::meta::Pool::slab_frames(what).next_power_of_two();
         let order = frames.trailing_zeros() as u8;
-        self.need = Need::Growth;
-        let r = self.pick(order, Class::Long);
-        self.need = Need::Normal;
-        let r = r?;
-        Ok(self.take_frames(r, order))
+        let r = match self.slab_pb.filter(|&r| self.slab_fits(r, order)) {
+            Some(r) => {
+                self.bucket_remove(r);
+                r
+            }
+            None => {
+                self.need = Need::Growth;
+                let r = self.pick(order, Class::Long);
+                self.need = Need::Normal;
+                r?
+            }
+        };
+        self.slab_pb = Some(r);
+        let pfn = self.take_frames(r, order);
+        self.bucket_remove(r);
+        Ok(pfn)
+    }
+
+    /// `true` if split pageblock `r` (not lent, not a spare) has a free aligned run of `order`.
+    pub(super) fn slab_fits(&self, r: PbRef, order: u8) -> bool {
+        self.meta.pb(r).is_some_and(|h| h.state == PbState::Split)
+            && !self.spare.contains(&Some(r))
+            && self
+                .meta
+                .plane(r, crate::meta::Which::Alloc)
+                .and_then(|p| p.find_clear_run(order))
+                .is_some()
     }
 
     /// Takes a free section off its list for [`FreeArea::host_section`] (marked allocated

@@ -209,6 +209,16 @@ impl FreeArea {
             Err(NoBlock::Empty) => {}
             r => return r,
         }
+        // The metadata pool's pageblock, kept out of the buckets: its free frames are the last
+        // a request takes, before another class's.
+        if let Some(r) = self
+            .slab_pb
+            .filter(|&r| self.meta.pb(r).is_some_and(|h| h.bucket == 0))
+            .filter(|&r| self.slab_fits(r, order))
+        {
+            self.meta.update_pb(r, |h| h.class = class);
+            return Ok(r);
+        }
         let other = Class::ALL.into_iter().find(|c| *c != class);
         if let Some(other) = other
             && let Some(r) = self.spare[other.index()]

@@ -279,3 +279,30 @@ fn metadata_stays_within_its_budget() {
         "{boot_per_gib} bytes per GiB at boot"
     );
 }
+
+#[test]
+fn the_metadata_pool_pins_few_pageblocks() {
+    // 2 GiB split frame by frame: the pool grows by a slab every 64 split pageblocks. Once every
+    // frame is back, the only pageblocks that are not wholly free are the ones holding the
+    // pool's frames, which are never freed: they should be one or two, not one per slab.
+    let g = 1u64 << 18;
+    let spec = Spec::uniform(1, 2 * g, 4 * g);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut held = Vec::new();
+    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+        held.push(p);
+    }
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Normal);
+    let (mut pinned, mut all) = (0, 0);
+    zone.for_each_pageblock(|pb| {
+        all += 1;
+        pinned += usize::from(pb.kind != PageblockKind::Free);
+    });
+    assert_eq!(all, 1024);
+    assert!(pinned <= 2, "{pinned} pageblocks pinned by metadata");
+}
