@@ -86,6 +86,9 @@ pub(crate) mod flag {
     pub(crate) const DIRTY: u8 = 1 << 0;
     /// The block was reported to the host since it last became free.
     pub(crate) const REPORTED: u8 = 1 << 1;
+    /// A split pageblock the metadata pool keeps for itself: every frame reads as allocated,
+    /// and every free of one is refused as foreign.
+    pub(crate) const POOL: u8 = 1 << 2;
 }
 
 /// Free-block lists of orders 9..=17 in one section.

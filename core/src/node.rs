@@ -251,6 +251,11 @@ impl Zone {
         Ok(self.inner.lock().area.alloc_slab(what)?)
     }
 
+    /// Gives back a slab from [`Zone::alloc_slab`] the platform could not map.
+    pub(crate) fn unalloc_slab(&self, what: Short, pfn: Pfn) {
+        self.inner.lock().area.unalloc_slab(what, pfn);
+    }
+
     /// Takes a free section to host its own array (the last resort of pool growth).
     pub(crate) fn section_for_array(&self) -> Option<Pfn> {
         self.inner.lock().area.section_for_array()
@@ -275,7 +280,7 @@ impl Zone {
     /// Bytes of the zone's metadata: its spans' regions (section tables, edge arrays, the
     /// pool's seeds) and the frames its pool took for pageblock arrays and planes.
     pub fn metadata_bytes(&self) -> u64 {
-        self.inner.lock().area.meta.bytes()
+        self.inner.lock().area.metadata_bytes()
     }
 
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping

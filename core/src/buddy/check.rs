@@ -457,8 +457,7 @@ impl FreeArea {
         }
         let mut expected = 0u64;
         self.for_each_split(|r, h, _| {
-            let reserved = self.slab_pb == Some(r) && h.bucket == 0;
-            if h.free > 0 && self.spare[h.class.index()] != Some(r) && !reserved {
+            if h.free > 0 && self.spare[h.class.index()] != Some(r) {
                 expected += 1;
             }
         });

@@ -90,11 +90,12 @@ pub(crate) struct FreeArea {
     counts: [u64; BIG],
     buckets: [Buckets; Class::ALL.len()],
     spare: [Option<PbRef>; Class::ALL.len()],
-    /// The pageblock the last slab of the metadata pool came from. The next slab comes from it
-    /// too while it has room, and other requests take its frames only when nothing else can
-    /// serve them (it stays out of the buckets), so the pool's frames, which are never freed,
-    /// pin few pageblocks.
+    /// The pool pageblock: where the metadata pool's slabs come from, so its frames, which
+    /// are never freed, pin one pageblock per 2 MiB of them; `slab_next` is its first frame no
+    /// slab uses yet, and `pool_left` counts the frames earlier pool pageblocks left unused.
     slab_pb: Option<PbRef>,
+    slab_next: u16,
+    pool_left: u64,
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
     /// Huge-page pools, 2 MiB then 1 GiB.
@@ -143,6 +144,8 @@ impl FreeArea {
             }),
             spare: [None; Class::ALL.len()],
             slab_pb: None,
+            slab_next: 0,
+            pool_left: 0,
             free_pages: 0,
             managed_pages: 0,
             pools: [HugePool {
@@ -154,41 +157,64 @@ impl FreeArea {
         }
     }
 
-    /// Frames for a new slab of the metadata pool, as order-0 frames (contiguous, so the
-    /// platform maps them in one range; order-0, so their pageblock needs no extra plane): the
-    /// pageblock of the previous slab while it has a free aligned run of them, else the fullest
-    /// long-lived pageblock with one, else a claimed free one. The claim may use the pool's
-    /// reserve.
+    /// Frames for a new slab of the metadata pool (contiguous, so the platform maps them in one
+    /// range), from the zone's pool pageblock: a pageblock the pool keeps for itself, whose
+    /// frames all read as allocated and which refuses every free (`flag::POOL`), so no caller
+    /// can free the pool's memory. When it has no room left, a free pageblock becomes the next
+    /// one (the claim may use the pool's reserve).
     pub(crate) fn alloc_slab(&mut self, what: Short) -> Result<Pfn, NoBlock> {
-        let frames = crate::meta::Pool::slab_frames(what).next_power_of_two();
-        let order = frames.trailing_zeros() as u8;
-        let r = match self.slab_pb.filter(|&r| self.slab_fits(r, order)) {
-            Some(r) => {
-                self.bucket_remove(r);
-                r
+        let len = crate::meta::Pool::slab_frames(what).next_power_of_two() as usize;
+        if let Some(r) = self.slab_pb {
+            let off = usize::from(self.slab_next).next_multiple_of(len);
+            if off + len <= FRAMES {
+                self.slab_next = off as u16 + len as u16;
+                return Ok(Pfn::new(self.pb_base(r).get() + off as u64));
             }
-            None => {
-                self.need = Need::Growth;
-                let r = self.pick(order, Class::Long);
-                self.need = Need::Normal;
-                r?
-            }
-        };
-        self.slab_pb = Some(r);
-        let pfn = self.take_frames(r, order);
-        self.bucket_remove(r);
-        Ok(pfn)
+        }
+        self.need = Need::Growth;
+        let r = self.claim(Class::Long);
+        self.need = Need::Normal;
+        let r = r?;
+        self.free_pages -= FRAMES as u64;
+        self.make_pool_pb(r, len);
+        Ok(self.pb_base(r))
     }
 
-    /// `true` if split pageblock `r` (not lent, not a spare) has a free aligned run of `order`.
-    pub(super) fn slab_fits(&self, r: PbRef, order: u8) -> bool {
-        self.meta.pb(r).is_some_and(|h| h.state == PbState::Split)
-            && !self.spare.contains(&Some(r))
-            && self
-                .meta
-                .plane(r, crate::meta::Which::Alloc)
-                .and_then(|p| p.find_clear_run(order))
-                .is_some()
+    /// Makes split pageblock `r`, whose free frames the caller took off `free_pages`, the pool
+    /// pageblock, with its first `used` frames in use; the rest of the previous one is left
+    /// unused (counted in [`FreeArea::metadata_bytes`]).
+    fn make_pool_pb(&mut self, r: PbRef, used: usize) {
+        self.meta.update_planes(r, |alloc, _| *alloc = Plane::FULL);
+        self.meta.update_pb(r, |h| {
+            h.free = 0;
+            h.flags |= flag::POOL;
+        });
+        if self.slab_pb.is_some() {
+            self.pool_left += (FRAMES - usize::from(self.slab_next)) as u64;
+        }
+        self.slab_pb = Some(r);
+        self.slab_next = used as u16;
+    }
+
+    /// Gives back the last slab [`FreeArea::alloc_slab`] handed out (the platform could not map
+    /// it), if `pfn` heads it.
+    pub(crate) fn unalloc_slab(&mut self, what: Short, pfn: Pfn) {
+        let len = crate::meta::Pool::slab_frames(what).next_power_of_two();
+        if let Some(r) = self.slab_pb {
+            let off = pfn.get().wrapping_sub(self.pb_base(r).get());
+            if off + len == u64::from(self.slab_next) {
+                self.slab_next = off as u16;
+            }
+        }
+    }
+
+    /// Bytes of the zone's metadata: the spans' regions, the pool's slabs, and the pool
+    /// pageblocks' frames no slab uses.
+    pub(crate) fn metadata_bytes(&self) -> u64 {
+        let unused = self
+            .slab_pb
+            .map_or(0, |_| (FRAMES - usize::from(self.slab_next)) as u64);
+        self.meta.bytes() + (unused + self.pool_left) * crate::addr::PAGE_SIZE
     }
 
     /// Takes a free section off its list for [`FreeArea::host_section`] (marked allocated
@@ -228,22 +254,23 @@ impl FreeArea {
         for k in (PB_SHIFT as u8..MAX_ORDER).rev() {
             self.push_big(Big::Pb(Self::pb_plus(r, 1 << (k - PB_SHIFT as u8))), k);
         }
-        let mut alloc = Plane::EMPTY;
-        alloc.fill(0, used, true);
-        if self.meta.set_planes(r, alloc, None, Need::Growth).is_err() {
+        self.free_pages += Order::MAX.frames() - FRAMES as u64;
+        if self
+            .meta
+            .set_planes(r, Plane::FULL, None, Need::Growth)
+            .is_err()
+        {
             // No plane for the first pageblock: it stays allocated whole (2 MiB of metadata).
             self.mark_allocated(Big::Pb(r), PB_SHIFT as u8, Use::Normal);
-            self.free_pages += Order::MAX.frames() - (1 << PB_SHIFT);
             return;
         }
         self.meta.update_pb(r, |h| {
             h.state = PbState::Split;
             h.class = Class::Long;
-            h.free = (FRAMES - used) as u16;
         });
         self.count_split(r, true);
-        self.free_pages += Order::MAX.frames() - used as u64;
-        self.settle(r);
+        // The rest of its first pageblock serves the pool's next slabs.
+        self.make_pool_pb(r, used);
     }
 
     /// `true` if `range` can join this zone: room for another span, and its pageblocks

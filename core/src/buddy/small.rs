@@ -209,16 +209,6 @@ impl FreeArea {
             Err(NoBlock::Empty) => {}
             r => return r,
         }
-        // The metadata pool's pageblock, kept out of the buckets: its free frames are the last
-        // a request takes, before another class's.
-        if let Some(r) = self
-            .slab_pb
-            .filter(|&r| self.meta.pb(r).is_some_and(|h| h.bucket == 0))
-            .filter(|&r| self.slab_fits(r, order))
-        {
-            self.meta.update_pb(r, |h| h.class = class);
-            return Ok(r);
-        }
         let other = Class::ALL.into_iter().find(|c| *c != class);
         if let Some(other) = other
             && let Some(r) = self.spare[other.index()]
@@ -314,7 +304,7 @@ impl FreeArea {
     }
 
     /// Takes a free pageblock from the buddy and splits it for `class`.
-    fn claim(&mut self, class: Class) -> Result<PbRef, NoBlock> {
+    pub(super) fn claim(&mut self, class: Class) -> Result<PbRef, NoBlock> {
         let b = self.take_big(PB_SHIFT as u8, [SMALL, PLAIN])?;
         let Big::Pb(r) = b else {
             return Err(NoBlock::Empty);
@@ -368,33 +358,6 @@ impl FreeArea {
         Pfn::new(base.get() + off as u64)
     }
 
-    /// Takes an aligned run of `2^order` free frames of split pageblock `r` as that many
-    /// order-0 blocks (for the metadata pool, whose frames are never freed), then settles `r`.
-    pub(super) fn take_frames(&mut self, r: PbRef, order: u8) -> Pfn {
-        let base = self.pb_base(r);
-        let len = 1usize << order;
-        let off = self
-            .meta
-            .update_planes(r, |alloc, extra| {
-                let off = alloc.find_clear_run(order)?;
-                alloc.fill(off, len, true);
-                if let Some(x) = extra {
-                    // Every frame heads its own order-0 block.
-                    x.fill(off, len, true);
-                }
-                Some(off)
-            })
-            .flatten()
-            .unwrap_or(0);
-        self.meta.update_pb(r, |h| {
-            h.free -= len as u16;
-            h.flags &= !flag::REPORTED;
-        });
-        self.free_pages -= len as u64;
-        self.settle(r);
-        Pfn::new(base.get() + off as u64)
-    }
-
     /// What `pfn` holds, for a free of a block of `order`; changes nothing.
     pub(crate) fn find(&self, pfn: Pfn, order: Order) -> Result<Found, FreeError> {
         let r = self.pb_ref(pfn).ok_or(FreeError::Foreign { pfn })?;
@@ -411,6 +374,8 @@ impl FreeArea {
             };
         };
         match h.state {
+            // The metadata pool's own frames: never the caller's.
+            PbState::Split if h.flags & flag::POOL != 0 => Err(FreeError::Foreign { pfn }),
             PbState::Split => {
                 let alloc = self
                     .meta
