@@ -6,5 +6,6 @@ pub mod bench;
 pub mod demo;
 pub mod hugepages;
 pub mod interleave;
+pub mod metadata;
 pub mod source;
 pub mod zonelists;
