@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod frag;
 pub mod hugepages;
 pub mod interleave;
 pub mod metadata;
