@@ -9,7 +9,7 @@
 //! and its time grows with them. The rest of a large node stays as booted.
 #![deny(unsafe_code)]
 
-mod picture;
+pub mod picture;
 pub mod workload;
 
 use std::fs::File;
@@ -20,7 +20,7 @@ use numaframe::addr::NR_ORDERS;
 use numaframe::{BootOptions, Machine, NodeId, Order, ZoneKind};
 use serde::Serialize;
 
-pub use self::picture::{COLS, MAX_CELLS, NodeMap};
+use self::picture::NodeMap;
 pub use self::workload::{NodeSummary, Workload};
 use super::metadata::Metadata;
 use super::source::Source;

@@ -3,8 +3,8 @@
 //!
 //! A node's pageblocks are laid out in address order, [`COLS`] to a row. A node with more than
 //! [`MAX_CELLS`] pageblocks gets `ceil(pageblocks / MAX_CELLS)` of them per square, and a square
-//! shows the state most of its pageblocks are in (ties go to the state listed first in
-//! [`State`]); a split square's shade is the mean occupancy of its split pageblocks of that
+//! shows the state most of its pageblocks are in (ties go to the first in the order free,
+//! whole, pool, long-lived, short-lived, cached); a split square's shade is the mean occupancy of its split pageblocks of that
 //! class. The palette is the one docs/ gives for `frag --svg`.
 #![deny(unsafe_code)]
 
