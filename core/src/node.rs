@@ -217,7 +217,8 @@ impl Zone {
     }
 
     /// Lends `cpu`'s `slot` a pageblock of `class` (see [`FreeArea::lend`]) if the zone has
-    /// memory above `mark`, running `take` with it under the zone's lock.
+    /// memory above `mark`, running `take` with it under the zone's lock; or, when the
+    /// pageblock is not worth lending, returns one frame of it.
     pub(crate) fn lend(
         &self,
         class: Class,
@@ -226,7 +227,7 @@ impl Zone {
         cpu: u32,
         slot: u8,
         take: impl FnOnce(&Lent),
-    ) -> Result<(), Refused> {
+    ) -> Result<Option<Pfn>, Refused> {
         let mut z = self.inner.lock();
         if z.headroom(mark) == 0 {
             return Err(Refused::Empty);

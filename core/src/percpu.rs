@@ -498,12 +498,17 @@ impl<'a> Caches<'a> {
                 Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
                 let slot = &mut c.slots[i];
                 let states = &pc.states[i];
-                zone.lend(class, mark, config.batch, cpu.0, i as u8, |lent| {
+                let direct = zone.lend(class, mark, config.batch, cpu.0, i as u8, |lent| {
                     take_in(slot, states, lent, key)
                 })?;
-                c.clock += 1;
-                c.slots[i].used = c.clock;
-                Self::pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?
+                match direct {
+                    Some(pfn) => pfn,
+                    None => {
+                        c.clock += 1;
+                        c.slots[i].used = c.clock;
+                        Self::pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?
+                    }
+                }
             }
             _ => zone.alloc(Order::ZERO, mark, class)?,
         };

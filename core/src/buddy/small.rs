@@ -331,7 +331,7 @@ impl FreeArea {
 
     /// Takes a block of `order` from split pageblock `r`, which can serve it (it has a free run,
     /// and an extra plane above order 0), then settles `r`.
-    fn take_from(&mut self, r: PbRef, order: u8) -> Pfn {
+    pub(super) fn take_from(&mut self, r: PbRef, order: u8) -> Pfn {
         let base = self.pb_base(r);
         let len = 1usize << order;
         let off = self
