@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Robustness checks (issue 9): Miri on the core's unit tests, the saved fuzz inputs replayed,
+# Robustness checks: Miri on the core's unit tests, the saved fuzz inputs replayed,
 # and a smoke run of every cargo-fuzz target. Fails on any Miri error or fuzz crash.
 #
 #   scripts/robustness.sh                        the gate: FUZZ_SECONDS=60 per target

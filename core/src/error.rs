@@ -260,6 +260,11 @@ pub enum InvariantError {
         /// What the headers and planes mark dirty.
         marked: u64,
     },
+    /// A section's count of free pageblocks disagrees with its lists or its bucket.
+    Section {
+        /// The section's first frame (in its span).
+        pfn: Pfn,
+    },
 }
 
 impl_error!(
@@ -285,6 +290,10 @@ impl_error!(
         InvariantError::Pageblock { pfn } => write!(
             f,
             "pageblock at pfn {pfn} disagrees with its planes or its place"
+        ),
+        InvariantError::Section { pfn } => write!(
+            f,
+            "section at pfn {pfn} disagrees with its free lists or its bucket"
         ),
     }
 );

@@ -1,6 +1,6 @@
 //! Weighted interleave: which node serves each page of a task, one page at a time or in bulk.
 //!
-//! # The rule (Linux's `weighted_interleave_nodes()`, the contract in DESIGN.md)
+//! # The rule (Linux's `weighted_interleave_nodes()`, the contract in docs/interleave.md)
 //!
 //! A task owns an [`IlState`] `(prev, left)`, initially `(MAX_NODES - 1, 0)`. For one page: if
 //! `left == 0` or `prev` is not in the policy's nodes, then `prev` becomes the next node of the
@@ -358,7 +358,7 @@ mod tests {
     /// The fresh `prev` as a plain number.
     const FRESH: usize = MAX_NODES - 1;
 
-    /// Independent oracle: the DESIGN.md single-page rule on plain numbers, with the set as a
+    /// Independent oracle: the single-page rule of docs/interleave.md on plain numbers, with the set as a
     /// bit mask over nodes `0..N`. Returns the node of the page, or `None` for an empty set.
     fn oracle_page(mask: u8, weights: &[u8; N], prev: &mut usize, left: &mut u8) -> Option<usize> {
         if mask == 0 {

@@ -87,10 +87,17 @@ pub(crate) mod flag {
     pub(crate) const DIRTY: u8 = 1 << 0;
     /// The block was reported to the host since it last became free.
     pub(crate) const REPORTED: u8 = 1 << 1;
+    /// A split pageblock the metadata pool keeps for itself: every frame reads as allocated,
+    /// and every free of one is refused as foreign.
+    pub(crate) const POOL: u8 = 1 << 2;
 }
 
+/// Free-block lists of orders 9..=17 in one section.
+pub(crate) const SECTION_LISTS: usize = (SECTION_SHIFT - PB_SHIFT) as usize;
+
 /// One section. Invariants: it has a pageblock array exactly when the state is `Split`;
-/// `next`/`prev` link the section on its zone's order-18 free list while it is `Free`.
+/// `next`/`prev` link the section on its zone's order-18 free list while it is `Free`, and in
+/// its zone's section bucket for `free_pbs` while it is `Split` with free pageblocks.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Section {
     pub(crate) state: SectionState,
@@ -101,6 +108,12 @@ pub(crate) struct Section {
     pub(crate) first_dirty: u16,
     pub(crate) next: u32,
     pub(crate) prev: u32,
+    /// While split: the heads of its free lists of whole-pageblock blocks, orders 9..=17.
+    pub(crate) heads: [u32; SECTION_LISTS],
+    /// While split: the pageblocks in those blocks.
+    pub(crate) free_pbs: u16,
+    /// While split: its pageblocks split below 2 MiB (lent ones and edges included).
+    pub(crate) split_pbs: u16,
 }
 
 /// A section's cell: the section, and the array handle only this module follows.
@@ -405,6 +418,9 @@ impl SpanMeta {
                 first_dirty: 0,
                 next: NIL,
                 prev: NIL,
+                heads: [NIL; SECTION_LISTS],
+                free_pbs: 0,
+                split_pbs: 0,
             };
             // SAFETY: `s < nsec`, inside the table at the start of the region (see above).
             unsafe {

@@ -322,17 +322,19 @@ impl Zone {
         }
     }
 
-    /// Lends `cpu`'s `slot` a pageblock of `class` (see [`FreeArea::lend`]) if the zone has
-    /// memory above `mark`, running `take` with it under the zone's lock.
+    /// Lends slot `slot` of CPU `cpu` (`(cpu, slot)` = `holder`) a pageblock of `class` (see
+    /// [`FreeArea::lend`]) if the zone has memory above `mark`, running `take` with it under
+    /// the zone's lock; or, when the pageblock is not worth lending, returns one frame of it
+    /// (a clean one if `zero` and the pageblock has one).
     pub(crate) fn lend(
         &self,
         class: Class,
         mark: Mark,
         min_free: u32,
-        cpu: u32,
-        slot: u8,
+        (cpu, slot): (u32, u8),
+        zero: bool,
         take: impl FnOnce(&Lent),
-    ) -> Result<(), Refused> {
+    ) -> Result<Option<Got>, Refused> {
         let mut take = Some(take);
         self.take_or_wait(|z| {
             if z.headroom(mark) == 0 {
@@ -344,6 +346,7 @@ impl Zone {
                 min_free.min(u32::from(u16::MAX)) as u16,
                 cpu,
                 slot,
+                zero,
                 |lent| {
                     if let Some(t) = take.take() {
                         t(lent);
@@ -362,6 +365,11 @@ impl Zone {
     /// Frames for a new slab of the zone's metadata pool (taken with the pool's reserve).
     pub(crate) fn alloc_slab(&self, what: Short) -> Result<Pfn, Refused> {
         Ok(self.inner.lock().area.alloc_slab(what)?)
+    }
+
+    /// Gives back a slab from [`Zone::alloc_slab`] the platform could not map.
+    pub(crate) fn unalloc_slab(&self, what: Short, pfn: Pfn) {
+        self.inner.lock().area.unalloc_slab(what, pfn);
     }
 
     /// Takes a free section to host its own array (the last resort of pool growth).
@@ -388,7 +396,7 @@ impl Zone {
     /// Bytes of the zone's metadata: its spans' regions (section tables, edge arrays, the
     /// pool's seeds) and the frames its pool took for pageblock arrays and planes.
     pub fn metadata_bytes(&self) -> u64 {
-        self.inner.lock().area.meta.bytes()
+        self.inner.lock().area.metadata_bytes()
     }
 
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping

@@ -509,14 +509,20 @@ impl<'a> Caches<'a> {
                 Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
                 let slot = &mut c.slots[i];
                 let states = &pc.states[i];
-                zone.lend(class, mark, config.batch, cpu.0, i as u8, |lent| {
-                    take_in(slot, states, lent, key)
-                })?;
-                c.clock += 1;
-                c.slots[i].used = c.clock;
-                let (pfn, dirty) =
-                    Self::pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?;
-                frame(pfn, dirty)
+                let direct =
+                    zone.lend(class, mark, config.batch, (cpu.0, i as u8), zero, |lent| {
+                        take_in(slot, states, lent, key)
+                    })?;
+                match direct {
+                    Some(got) => got,
+                    None => {
+                        c.clock += 1;
+                        c.slots[i].used = c.clock;
+                        let (pfn, dirty) =
+                            Self::pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?;
+                        frame(pfn, dirty)
+                    }
+                }
             }
             _ => zone.alloc(Order::ZERO, mark, class, zero)?,
         };

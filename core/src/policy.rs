@@ -309,7 +309,7 @@ impl TaskPolicy {
     }
 }
 
-/// Automatic weights from the topology's bandwidths (DESIGN.md): `floor(32·bw/Σbw)`, at
+/// Automatic weights from the topology's bandwidths (docs/interleave.md): `floor(32·bw/Σbw)`, at
 /// least 1, divided by their gcd, over the nodes of `mask`.
 ///
 /// # Errors

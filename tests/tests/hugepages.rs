@@ -1,5 +1,5 @@
 //! Boot-time huge-page reservation through the public API: the core's plan and jobs, and the
-//! hosted runner `numaframe_hosted::hugepages::run` on the DESIGN.md presets. No timings are
+//! hosted runner `numaframe_hosted::hugepages::run` on the presets of docs/cli.md. No timings are
 //! asserted here; speed is the benchmark's business (`hosted-shim/benches/hugepages.rs`).
 
 use numaframe::HugeSize;

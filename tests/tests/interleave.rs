@@ -1,6 +1,6 @@
 //! Weighted interleave through the public API: the reference vectors in
 //! `tests/vectors/interleave.json`, and property tests of the bulk plan against an independent
-//! page-by-page model of the DESIGN.md rule.
+//! page-by-page model of the rule in docs/interleave.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -101,7 +101,7 @@ fn reference_vectors() {
 /// Nodes the property tests draw from.
 const SPAN: usize = 128;
 
-/// Independent model: the DESIGN.md single-page rule on a sorted list of node ids.
+/// Independent model: the single-page rule of docs/interleave.md on a sorted list of node ids.
 #[derive(Clone, Copy)]
 struct Model<'a> {
     nodes: &'a [usize],

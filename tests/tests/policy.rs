@@ -1,5 +1,5 @@
 //! Memory policies on real (simulated) machines, through the public API only: the weighted
-//! interleave seed case, random traces against a page-by-page oracle of the DESIGN.md rule,
+//! interleave seed case, random traces against a page-by-page oracle of the rule in docs/interleave.md,
 //! socket-aware mode on `cxl-2socket`, the shortfall rule of `numaframe::policy`, Bind,
 //! PreferredMany, Preferred and Local, numastat, and policy errors.
 
@@ -110,7 +110,7 @@ fn above_low(m: &Machine<'_>, node: usize) -> u64 {
         .sum()
 }
 
-// --- An oracle of the DESIGN.md rule, on plain numbers, sharing nothing with the crate. ---
+// --- An oracle of the rule in docs/interleave.md, on plain numbers, sharing nothing with the crate. ---
 
 /// `(prev, left)` over the sorted node list `nodes` with weight `w[node]`.
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! The invariant walk, and what a zone reports about its pageblocks.
 #![deny(unsafe_code)]
 
-use super::{Big, FreeArea};
+use super::{Big, FreeArea, PLAIN, SMALL};
 use crate::addr::{MAX_ORDER, NR_ORDERS, Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::InvariantError;
@@ -157,42 +157,55 @@ impl FreeArea {
     pub(crate) fn check(&self, node: NodeId) -> Result<(), InvariantError> {
         let counter = InvariantError::Counter { node };
         let mut free = 0u64;
-        for k in PB_SHIFT as u8..=MAX_ORDER {
-            let list = Self::list(k);
-            let (mut cur, mut prev, mut n) = (self.heads[list], NIL, 0u64);
-            while let Some(b) = Self::unpack(k, cur) {
-                let pfn = self.base(b);
-                let ok = match b {
-                    Big::Section(s) => {
-                        self.meta.section(s).map(|x| x.state) == Some(SectionState::Free)
-                    }
-                    Big::Pb(r) => {
-                        self.meta.pb(r).map(|h| h.state) == Some(PbState::Free { order: k })
-                    }
+        let mut found = [0u64; MAX_ORDER as usize - PB_SHIFT as usize + 1];
+        self.walk_list(MAX_ORDER, self.whole, &mut found)?;
+        let mut bucketed = 0u64;
+        for (slot, span) in self.meta.spans() {
+            for index in 0..span.sections() {
+                let s = SecRef { span: slot, index };
+                let Some(x) = self.meta.section(s) else {
+                    return Err(counter);
                 };
-                if !ok || !pfn.is_aligned(Order::new(k)) {
-                    return Err(InvariantError::BadFreeTag {
-                        pfn,
-                        order: Order::new(k),
+                let before: u64 = found.iter().sum::<u64>();
+                let mut pbs = 0u64;
+                for k in PB_SHIFT as u8..MAX_ORDER {
+                    let n = self.walk_list(k, x.heads[Self::list(k)], &mut found)?;
+                    pbs += n << (k - PB_SHIFT as u8);
+                }
+                let listed = found.iter().sum::<u64>() - before;
+                let split = if x.state == SectionState::Split {
+                    let last = if index + 1 == span.sections() {
+                        span.pageblocks()
+                    } else {
+                        span.first_pb(index + 1)
+                    };
+                    (span.first_pb(index)..last)
+                        .filter(|&i| {
+                            let h = self.meta.pb(PbRef {
+                                span: slot,
+                                index: i,
+                            });
+                            matches!(h.map(|h| h.state), Some(PbState::Split | PbState::Hot))
+                        })
+                        .count()
+                } else {
+                    0
+                };
+                if listed > 0 && x.state != SectionState::Split
+                    || pbs != u64::from(x.free_pbs)
+                    || split != usize::from(x.split_pbs)
+                {
+                    return Err(InvariantError::Section {
+                        pfn: span.section_start(index),
                     });
                 }
-                let (next, back) = self.links(b);
-                if back != prev {
-                    return Err(InvariantError::BrokenLink { pfn });
-                }
-                if let Big::Pb(r) = b
-                    && k < MAX_ORDER
-                {
-                    self.check_unmerged(r, k, pfn)?;
-                }
-                n += 1;
-                if n > self.counts[list] {
-                    return Err(InvariantError::BrokenLink { pfn });
-                }
-                prev = cur;
-                cur = next;
+                bucketed += u64::from(x.free_pbs > 0);
             }
-            if n != self.counts[list] {
+        }
+        self.check_section_buckets(bucketed, node)?;
+        for k in PB_SHIFT as u8..=MAX_ORDER {
+            let n = found[Self::list(k)];
+            if n != self.counts[Self::list(k)] {
                 return Err(counter);
             }
             free += n << k;
@@ -304,6 +317,89 @@ impl FreeArea {
             }
         }
         dirty
+    }
+
+    /// Walks the free list of `order` from `head` (the zone's for order 18, a section's below),
+    /// checking states, alignment, back links and that no block could have merged; adds the
+    /// blocks to `found` and returns how many there were.
+    fn walk_list(&self, order: u8, head: u32, found: &mut [u64]) -> Result<u64, InvariantError> {
+        let list = Self::list(order);
+        let (mut cur, mut prev, mut n) = (head, NIL, 0u64);
+        while let Some(b) = Self::unpack(order, cur) {
+            let pfn = self.base(b);
+            let ok = match b {
+                Big::Section(s) => {
+                    self.meta.section(s).map(|x| x.state) == Some(SectionState::Free)
+                }
+                Big::Pb(r) => self.meta.pb(r).map(|h| h.state) == Some(PbState::Free { order }),
+            };
+            if !ok || !pfn.is_aligned(Order::new(order)) {
+                return Err(InvariantError::BadFreeTag {
+                    pfn,
+                    order: Order::new(order),
+                });
+            }
+            let (next, back) = self.links(b);
+            if back != prev {
+                return Err(InvariantError::BrokenLink { pfn });
+            }
+            if let Big::Pb(r) = b {
+                self.check_unmerged(r, order, pfn)?;
+            }
+            n += 1;
+            found[list] += 1;
+            if found[list] > self.counts[list] {
+                return Err(InvariantError::BrokenLink { pfn });
+            }
+            prev = cur;
+            cur = next;
+        }
+        Ok(n)
+    }
+
+    /// Every split section with free pageblocks sits in the bucket of its count, once (there are
+    /// `expected` of them), and the buckets' bits say which are not empty.
+    fn check_section_buckets(&self, expected: u64, node: NodeId) -> Result<(), InvariantError> {
+        let mut n = 0u64;
+        let all = [PLAIN, SMALL].map(|set| (0..FRAMES).map(move |b| (set, b)));
+        for (set, b) in all.into_iter().flatten() {
+            let head = self.sections[set].heads[b];
+            if self.sections[set].nonempty.get(b) != (head != NIL) {
+                return Err(InvariantError::Counter { node });
+            }
+            let (mut cur, mut prev) = (head, NIL);
+            while let Some(s) = SecRef::unpack(cur) {
+                let x = self
+                    .meta
+                    .section(s)
+                    .ok_or(InvariantError::BrokenLink { pfn: Pfn::new(0) })?;
+                let pfn = self
+                    .meta
+                    .span(s.span)
+                    .map_or(Pfn::new(0), |y| y.section_start(s.index));
+                if x.prev != prev {
+                    return Err(InvariantError::BrokenLink { pfn });
+                }
+                if x.state != SectionState::Split
+                    || x.free_pbs == 0
+                    || Self::sec_bucket(x.free_pbs) != b
+                    || Self::sec_set(&x) != set
+                {
+                    return Err(InvariantError::Section { pfn });
+                }
+                n += 1;
+                if n > expected {
+                    return Err(InvariantError::BrokenLink { pfn });
+                }
+                prev = cur;
+                cur = x.next;
+            }
+        }
+        if n == expected {
+            Ok(())
+        } else {
+            Err(InvariantError::Counter { node })
+        }
     }
 
     /// A free block of `order` at `pfn` (pageblock `r`) must not have a free buddy of its order.

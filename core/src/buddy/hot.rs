@@ -59,24 +59,36 @@ pub(crate) trait HotFrames {
     fn unclaim(&self, cpu: u32, slot: u8, off: usize);
 }
 
+/// The fewest free frames a pageblock must have to be lent to a CPU.
+pub(crate) const LEND_MIN: usize = 16;
+
 impl FreeArea {
     /// Lends `cpu`'s `slot` the fullest split pageblock of `class` with at least `min_free`
     /// free frames (the fullest with any when none has that many; a free one when none is
     /// split), and runs `take` with it before anyone can see it lent: its free frames leave the
     /// zone's count until it comes back.
+    ///
+    /// A pageblock with fewer than [`LEND_MIN`] free frames is not worth lending (building and
+    /// reading back its state array costs more than its frames save): one frame is taken from
+    /// it directly and returned instead (a clean one if `zero` and it has one), and nothing is
+    /// lent.
     pub(crate) fn lend(
         &mut self,
         class: Class,
         min_free: u16,
         cpu: u32,
         slot: u8,
+        zero: bool,
         take: impl FnOnce(&Lent),
-    ) -> Result<(), NoBlock> {
+    ) -> Result<Option<super::Got>, NoBlock> {
         let r = match self.pick_min(class, usize::from(min_free)) {
             Some(r) => r,
             None => self.pick(0, class)?,
         };
         let h = self.meta.pb(r).ok_or(NoBlock::Empty)?;
+        if usize::from(h.free) < LEND_MIN {
+            return Ok(Some(self.take_from(r, 0, zero)));
+        }
         let (lo, hi) = self
             .meta
             .span(r.span)
@@ -101,7 +113,7 @@ impl FreeArea {
             lo,
             hi,
         });
-        Ok(())
+        Ok(None)
     }
 
     /// Takes pageblock `r` back from its CPU, with the planes `build` makes from the CPU's state

@@ -25,17 +25,23 @@ use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::FreeError;
 use crate::meta::{
-    Class, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, SecRef, SectionState,
-    Seed, Short, SpanMeta, Use, ZoneMeta, flag, section_is_whole,
+    Class, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, SecRef, Section,
+    SectionState, Seed, Short, SpanMeta, Use, ZoneMeta, flag, section_is_whole,
 };
+
+/// The bucket sets of split sections: without, and with pageblocks split below 2 MiB.
+const PLAIN: usize = 0;
+const SMALL: usize = 1;
 
 /// Orders of whole-pageblock blocks: 9..=18.
 const BIG: usize = (MAX_ORDER as usize) - PB_SHIFT as usize + 1;
 
-/// Occupancy buckets of one class: split pageblocks by their free frames. Bucket `i` lists the
+/// Occupancy buckets: split pageblocks of one class by their free frames, or split sections by
+/// their free pageblocks. Bucket `i` lists the
 /// pageblocks that had `i` free frames when they were put there; frees do not move a pageblock
 /// (it is moved when an allocation finds it in a bucket that is out of date), allocations do.
-/// `nonempty` has bit `i` set while bucket `i` is not empty.
+/// `nonempty` has bit `i` set while bucket `i` is not empty. Sections are kept exactly in the
+/// bucket of their count (every change of a section's free lists moves it).
 #[derive(Debug)]
 struct Buckets {
     heads: [u32; FRAMES],
@@ -60,9 +66,17 @@ enum Big {
 
 /// The free memory and counters of one zone.
 ///
+/// Free blocks of whole pageblocks are kept per section (orders 9..=17, in the section's own
+/// lists) and zone-wide (order 18, whole free sections), so that a request for pageblocks is
+/// served from the fullest split section that can serve it, in O(1) for one pageblock: sections
+/// fill before a whole one is broken, and 1 GiB blocks survive small-frame churn.
+///
 /// Invariants (checked by [`FreeArea::check`]):
-/// - list `k` (orders 9..=18) holds exactly `counts[k - 9]` free blocks, each naturally aligned
-///   inside one span and section, and no free block's buddy is free at the same order;
+/// - the lists of order `k` (orders 9..=18) hold exactly `counts[k - 9]` free blocks, each
+///   naturally aligned inside one span and section, and no free block's buddy is free at the
+///   same order;
+/// - a split section with free pageblocks sits in section bucket `free_pbs`, which is the sum of
+///   its lists' pageblocks;
 /// - every split pageblock of a class is in exactly one place: its class's bucket
 ///   `header.bucket`, the spare slot, a CPU (state `Hot`), or nowhere when it has no free frame;
 ///   its `free` equals the clear bits of its allocation plane;
@@ -72,10 +86,20 @@ enum Big {
 #[derive(Debug)]
 pub(crate) struct FreeArea {
     pub(crate) meta: ZoneMeta,
-    heads: [u32; BIG],
+    /// The head of the list of whole free sections (order 18).
+    whole: u32,
+    /// Split sections with free pageblocks, by how many (clamped to the last bucket): those
+    /// without pageblocks split below 2 MiB (`PLAIN`), and those with some (`SMALL`).
+    sections: [Buckets; 2],
     counts: [u64; BIG],
     buckets: [Buckets; Class::ALL.len()],
     spare: [Option<PbRef>; Class::ALL.len()],
+    /// The pool pageblock: where the metadata pool's slabs come from, so its frames, which
+    /// are never freed, pin one pageblock per 2 MiB of them; `slab_next` is its first frame no
+    /// slab uses yet, and `pool_left` counts the frames earlier pool pageblocks left unused.
+    slab_pb: Option<PbRef>,
+    slab_next: u16,
+    pool_left: u64,
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
     dirty_pages: u64,
@@ -116,13 +140,20 @@ impl FreeArea {
     pub(crate) fn new() -> Self {
         Self {
             meta: ZoneMeta::default(),
-            heads: [NIL; BIG],
+            whole: NIL,
+            sections: core::array::from_fn(|_| Buckets {
+                heads: [NIL; FRAMES],
+                nonempty: Plane::EMPTY,
+            }),
             counts: [0; BIG],
             buckets: core::array::from_fn(|_| Buckets {
                 heads: [NIL; FRAMES],
                 nonempty: Plane::EMPTY,
             }),
             spare: [None; Class::ALL.len()],
+            slab_pb: None,
+            slab_next: 0,
+            pool_left: 0,
             free_pages: 0,
             managed_pages: 0,
             dirty_pages: 0,
@@ -137,24 +168,71 @@ impl FreeArea {
         }
     }
 
-    /// Frames for a new slab of the metadata pool, as order-0 frames (contiguous, so the
-    /// platform maps them in one range; order-0, so their pageblock needs no extra plane): the
-    /// fullest long-lived pageblock with a free aligned run of them, else a claimed free one.
-    /// The claim may use the pool's reserve.
+    /// Frames for a new slab of the metadata pool (contiguous, so the platform maps them in one
+    /// range), from the zone's pool pageblock: a pageblock the pool keeps for itself, whose
+    /// frames all read as allocated and which refuses every free (`flag::POOL`), so no caller
+    /// can free the pool's memory. When it has no room left, a free pageblock becomes the next
+    /// one (the claim may use the pool's reserve).
     pub(crate) fn alloc_slab(&mut self, what: Short) -> Result<Pfn, NoBlock> {
-        let frames = crate::meta::Pool::slab_frames(what).next_power_of_two();
-        let order = frames.trailing_zeros() as u8;
+        let len = crate::meta::Pool::slab_frames(what).next_power_of_two() as usize;
+        if let Some(r) = self.slab_pb {
+            let off = usize::from(self.slab_next).next_multiple_of(len);
+            if off + len <= FRAMES {
+                self.slab_next = off as u16 + len as u16;
+                return Ok(Pfn::new(self.pb_base(r).get() + off as u64));
+            }
+        }
         self.need = Need::Growth;
-        let r = self.pick(order, Class::Long);
+        let r = self.claim(Class::Long);
         self.need = Need::Normal;
         let r = r?;
-        Ok(self.take_frames(r, order))
+        self.free_pages -= FRAMES as u64;
+        // Its frames leave the free ones, dirty or not.
+        self.tracking(r, |a| a.make_pool_pb(r, len));
+        Ok(self.pb_base(r))
+    }
+
+    /// Makes split pageblock `r`, whose free frames the caller took off `free_pages`, the pool
+    /// pageblock, with its first `used` frames in use; the rest of the previous one is left
+    /// unused (counted in [`FreeArea::metadata_bytes`]).
+    fn make_pool_pb(&mut self, r: PbRef, used: usize) {
+        self.meta.update_planes(r, |alloc, _| *alloc = Plane::FULL);
+        self.meta.update_pb(r, |h| {
+            h.free = 0;
+            h.flags |= flag::POOL;
+        });
+        if self.slab_pb.is_some() {
+            self.pool_left += (FRAMES - usize::from(self.slab_next)) as u64;
+        }
+        self.slab_pb = Some(r);
+        self.slab_next = used as u16;
+    }
+
+    /// Gives back the last slab [`FreeArea::alloc_slab`] handed out (the platform could not map
+    /// it), if `pfn` heads it.
+    pub(crate) fn unalloc_slab(&mut self, what: Short, pfn: Pfn) {
+        let len = crate::meta::Pool::slab_frames(what).next_power_of_two();
+        if let Some(r) = self.slab_pb {
+            let off = pfn.get().wrapping_sub(self.pb_base(r).get());
+            if off + len == u64::from(self.slab_next) {
+                self.slab_next = off as u16;
+            }
+        }
+    }
+
+    /// Bytes of the zone's metadata: the spans' regions, the pool's slabs, and the pool
+    /// pageblocks' frames no slab uses.
+    pub(crate) fn metadata_bytes(&self) -> u64 {
+        let unused = self
+            .slab_pb
+            .map_or(0, |_| (FRAMES - usize::from(self.slab_next)) as u64);
+        self.meta.bytes() + (unused + self.pool_left) * crate::addr::PAGE_SIZE
     }
 
     /// Takes a free section off its list for [`FreeArea::host_section`] (marked allocated
     /// meanwhile); `None` if there is none.
     pub(crate) fn section_for_array(&mut self) -> Option<Pfn> {
-        let b = Self::unpack(MAX_ORDER, self.heads[Self::list(MAX_ORDER)])?;
+        let b = Big::Section(SecRef::unpack(self.whole)?);
         self.dirty_pages -= self.block_dirty(b, MAX_ORDER);
         self.unlink_big(b, MAX_ORDER);
         self.mark_allocated(b, MAX_ORDER, Use::Normal);
@@ -189,23 +267,24 @@ impl FreeArea {
         for k in (PB_SHIFT as u8..MAX_ORDER).rev() {
             self.push_big(Big::Pb(Self::pb_plus(r, 1 << (k - PB_SHIFT as u8))), k);
         }
-        let mut alloc = Plane::EMPTY;
-        alloc.fill(0, used, true);
-        if self.meta.set_planes(r, alloc, None, Need::Growth).is_err() {
+        self.free_pages += Order::MAX.frames() - FRAMES as u64;
+        self.dirty_pages += Order::MAX.frames() - FRAMES as u64;
+        if self
+            .meta
+            .set_planes(r, Plane::FULL, None, Need::Growth)
+            .is_err()
+        {
             // No plane for the first pageblock: it stays allocated whole (2 MiB of metadata).
             self.mark_allocated(Big::Pb(r), PB_SHIFT as u8, Use::Normal);
-            self.free_pages += Order::MAX.frames() - (1 << PB_SHIFT);
-            self.dirty_pages += Order::MAX.frames() - (1 << PB_SHIFT);
             return;
         }
         self.meta.update_pb(r, |h| {
             h.state = PbState::Split;
             h.class = Class::Long;
-            h.free = (FRAMES - used) as u16;
         });
-        self.free_pages += Order::MAX.frames() - used as u64;
-        self.dirty_pages += Order::MAX.frames() - used as u64;
-        self.settle(r);
+        self.count_split(r, true);
+        // The rest of its first pageblock serves the pool's next slabs.
+        self.make_pool_pb(r, used);
     }
 
     /// `true` if `range` can join this zone: room for another span, and its pageblocks
@@ -323,13 +402,6 @@ impl FreeArea {
         usize::from(order) - PB_SHIFT as usize
     }
 
-    fn pack(b: Big) -> u32 {
-        match b {
-            Big::Pb(r) => r.pack(),
-            Big::Section(s) => s.pack(),
-        }
-    }
-
     fn unpack(order: u8, v: u32) -> Option<Big> {
         if order == MAX_ORDER {
             SecRef::unpack(v).map(Big::Section)
@@ -365,20 +437,112 @@ impl FreeArea {
         }
     }
 
+    /// The section holding pageblock `r`.
+    fn sec_of(&self, r: PbRef) -> Option<SecRef> {
+        let span = self.meta.span(r.span)?;
+        Some(SecRef {
+            span: r.span,
+            index: span.locate_pb(r.index).0,
+        })
+    }
+
+    /// The section bucket of `free_pbs` free pageblocks.
+    fn sec_bucket(free_pbs: u16) -> usize {
+        usize::from(free_pbs).min(FRAMES - 1)
+    }
+
+    /// The bucket set of a section: whether small frames live in it.
+    fn sec_set(x: &Section) -> usize {
+        if x.split_pbs > 0 { SMALL } else { PLAIN }
+    }
+
+    /// Changes split section `s` through `f`, moving it to the bucket its counts then call for.
+    fn sec_update(&mut self, s: SecRef, f: impl FnOnce(&mut Section)) {
+        let Some(x) = self.meta.section(s) else {
+            return;
+        };
+        if x.free_pbs > 0 {
+            self.sec_unbucket(s, &x);
+        }
+        let Some(y) = self.meta.update_section(s, |y| {
+            f(y);
+            *y
+        }) else {
+            return;
+        };
+        if y.free_pbs > 0 {
+            let (set, b) = (Self::sec_set(&y), Self::sec_bucket(y.free_pbs));
+            let head = self.sections[set].heads[b];
+            self.sections[set].heads[b] = s.pack();
+            self.sections[set].nonempty.put(b, true);
+            self.meta.update_section(s, |x| {
+                x.next = head;
+                x.prev = NIL;
+            });
+            if let Some(h) = SecRef::unpack(head) {
+                self.meta.update_section(h, |x| x.prev = s.pack());
+            }
+        }
+    }
+
+    /// Counts pageblock `r` as split below 2 MiB (`true`) or no longer (`false`) in its section.
+    pub(super) fn count_split(&mut self, r: PbRef, split: bool) {
+        if let Some(s) = self.sec_of(r) {
+            self.sec_update(s, |x| {
+                x.split_pbs = if split {
+                    x.split_pbs + 1
+                } else {
+                    x.split_pbs - 1
+                };
+            });
+        }
+    }
+
+    /// Takes split section `s` (as read in `x`) out of its bucket.
+    fn sec_unbucket(&mut self, s: SecRef, x: &Section) {
+        let (set, b) = (Self::sec_set(x), Self::sec_bucket(x.free_pbs));
+        match SecRef::unpack(x.prev) {
+            None => {
+                self.sections[set].heads[b] = x.next;
+                if x.next == NIL {
+                    self.sections[set].nonempty.put(b, false);
+                }
+            }
+            Some(p) => {
+                self.meta.update_section(p, |y| y.next = x.next);
+            }
+        }
+        if let Some(n) = SecRef::unpack(x.next) {
+            self.meta.update_section(n, |y| y.prev = x.prev);
+        }
+        self.meta.update_section(s, |y| {
+            y.next = NIL;
+            y.prev = NIL;
+        });
+    }
+
     /// Marks `b` a free block of `order` (its head `Free`, the rest `FreeTail`) and puts it at
-    /// the front of its list.
+    /// the front of its list: the zone's for a section, its section's for pageblocks.
     fn push_big(&mut self, b: Big, order: u8) {
-        let k = Self::list(order);
-        let head = self.heads[k];
         match b {
             Big::Section(s) => {
+                let head = self.whole;
                 self.meta.update_section(s, |x| {
                     x.state = SectionState::Free;
                     x.next = head;
                     x.prev = NIL;
                 });
+                if let Some(h) = SecRef::unpack(head) {
+                    self.meta.update_section(h, |x| x.prev = s.pack());
+                }
+                self.whole = s.pack();
             }
             Big::Pb(r) => {
+                let Some(s) = self.sec_of(r) else {
+                    return;
+                };
+                let k = Self::list(order);
+                let head = self.meta.section(s).map_or(NIL, |x| x.heads[k]);
                 for i in 1..1u32 << (order - PB_SHIFT as u8) {
                     self.meta.update_pb(Self::pb_plus(r, i), |h| {
                         h.state = PbState::FreeTail;
@@ -391,73 +555,129 @@ impl FreeArea {
                     h.next = head;
                     h.prev = NIL;
                 });
+                if let Some(h) = PbRef::unpack(head) {
+                    self.meta.update_pb(h, |x| x.prev = r.pack());
+                }
+                self.sec_update(s, |x| {
+                    x.heads[k] = r.pack();
+                    x.free_pbs += 1 << (order - PB_SHIFT as u8);
+                });
             }
         }
-        if let Some(h) = Self::unpack(order, head) {
-            self.set_links(h, None, Some(Self::pack(b)));
-        }
-        self.heads[k] = Self::pack(b);
-        self.counts[k] += 1;
+        self.counts[Self::list(order)] += 1;
     }
 
     /// Takes the free block `b` of `order` off its list (its state is left to the caller).
     fn unlink_big(&mut self, b: Big, order: u8) {
-        let k = Self::list(order);
         let (next, prev) = self.links(b);
-        match Self::unpack(order, prev) {
-            None => self.heads[k] = next,
-            Some(p) => self.set_links(p, Some(next), None),
-        }
-        if let Some(n) = Self::unpack(order, next) {
-            self.set_links(n, None, Some(prev));
+        match b {
+            Big::Section(_) => {
+                match SecRef::unpack(prev) {
+                    None => self.whole = next,
+                    Some(p) => {
+                        self.meta.update_section(p, |x| x.next = next);
+                    }
+                }
+                if let Some(n) = SecRef::unpack(next) {
+                    self.meta.update_section(n, |x| x.prev = prev);
+                }
+            }
+            Big::Pb(r) => {
+                let Some(s) = self.sec_of(r) else {
+                    return;
+                };
+                let k = Self::list(order);
+                if let Some(p) = PbRef::unpack(prev) {
+                    self.meta.update_pb(p, |x| x.next = next);
+                }
+                if let Some(n) = PbRef::unpack(next) {
+                    self.meta.update_pb(n, |x| x.prev = prev);
+                }
+                self.sec_update(s, |x| {
+                    if prev == NIL {
+                        x.heads[k] = next;
+                    }
+                    x.free_pbs -= 1 << (order - PB_SHIFT as u8);
+                });
+            }
         }
         self.set_links(b, Some(NIL), Some(NIL));
-        self.counts[k] -= 1;
+        self.counts[Self::list(order)] -= 1;
     }
 
-    /// Takes a block of at least `order` (9..=18) off the lists, splitting it down to `order`;
-    /// its head is left `Free` for the caller to mark.
-    fn take_big(&mut self, order: u8) -> Result<Big, NoBlock> {
-        let Some(mut k) = (order..=MAX_ORDER).find(|&k| self.heads[Self::list(k)] != NIL) else {
-            return Err(NoBlock::Empty);
-        };
-        let mut b = Self::unpack(k, self.heads[Self::list(k)]).ok_or(NoBlock::Empty)?;
-        self.unlink_big(b, k);
-        if let Big::Section(s) = b {
-            if order == MAX_ORDER {
-                return Ok(b);
+    /// The smallest free block of at least `order` (9..=17) in the fullest split section of
+    /// bucket set `set` that has one: its head and order. The first section looked at serves
+    /// one pageblock; a larger order may walk on through sections whose free pageblocks are
+    /// scattered.
+    fn fullest_section(&self, set: usize, order: u8) -> Option<(PbRef, u8)> {
+        let mut from = 1;
+        while let Some(b) = self.sections[set].nonempty.next_set(from) {
+            let mut cur = self.sections[set].heads[b];
+            while let Some(s) = SecRef::unpack(cur) {
+                let x = self.meta.section(s)?;
+                if let Some(k) = (order..MAX_ORDER).find(|&k| x.heads[Self::list(k)] != NIL) {
+                    return PbRef::unpack(x.heads[Self::list(k)]).map(|r| (r, k));
+                }
+                cur = x.next;
             }
-            let template = PbHeader {
-                state: PbState::FreeTail,
-                flags: self.meta.section(s).map_or(0, |x| x.flags),
-                ..PbHeader::NEW
-            };
-            if let Err(short) = self.meta.split_section(s, template, self.need) {
-                self.push_big(b, MAX_ORDER);
-                return Err(short.into());
-            }
-            let first = self.meta.span(s.span).map_or(0, |x| x.first_pb(s.index));
-            b = Big::Pb(PbRef {
-                span: s.span,
-                index: first,
-            });
+            from = b + 1;
         }
-        let Big::Pb(r) = b else {
-            return Err(NoBlock::Empty);
+        None
+    }
+
+    /// Takes a block of at least `order` (9..=18) off the lists, splitting it down to `order`:
+    /// from the fullest split section that can serve it, in the bucket set `sets[0]` first, else
+    /// a whole free section. Its head is left `Free` for the caller to mark.
+    ///
+    /// Pageblocks to split for small frames come from sections that hold small frames already
+    /// (`[SMALL, PLAIN]`), whole blocks from sections that do not (`[PLAIN, SMALL]`): long-lived
+    /// small frames then gather in few sections, and the sections of whole blocks (a guest's
+    /// memory) become whole again when those are freed.
+    fn take_big(&mut self, order: u8, sets: [usize; 2]) -> Result<Big, NoBlock> {
+        let found = self
+            .fullest_section(sets[0], order)
+            .or_else(|| self.fullest_section(sets[1], order));
+        let (r, mut k) = match found {
+            Some((r, k)) => {
+                self.unlink_big(Big::Pb(r), k);
+                (r, k)
+            }
+            None => {
+                let s = SecRef::unpack(self.whole).ok_or(NoBlock::Empty)?;
+                self.unlink_big(Big::Section(s), MAX_ORDER);
+                if order == MAX_ORDER {
+                    return Ok(Big::Section(s));
+                }
+                let template = PbHeader {
+                    state: PbState::FreeTail,
+                    flags: self.meta.section(s).map_or(0, |x| x.flags),
+                    ..PbHeader::NEW
+                };
+                if let Err(short) = self.meta.split_section(s, template, self.need) {
+                    self.push_big(Big::Section(s), MAX_ORDER);
+                    return Err(short.into());
+                }
+                let first = self.meta.span(s.span).map_or(0, |x| x.first_pb(s.index));
+                let r = PbRef {
+                    span: s.span,
+                    index: first,
+                };
+                (r, MAX_ORDER)
+            }
         };
         while k > order {
             k -= 1;
             self.push_big(Big::Pb(Self::pb_plus(r, 1 << (k - PB_SHIFT as u8))), k);
         }
-        Ok(b)
+        Ok(Big::Pb(r))
     }
 
     /// Allocates a block of `order` (9..=18) as `what`: its head `Allocated`, its other
     /// pageblocks `AllocatedTail`. The block keeps its dirty flags (a pool page's say whether
     /// it is dirty).
     pub(crate) fn alloc_big(&mut self, order: u8, what: Use) -> Result<Got, NoBlock> {
-        let b = match self.take_big(order) {
-            Err(NoBlock::Empty) if self.release_spares() => self.take_big(order)?,
+        let b = match self.take_big(order, [PLAIN, SMALL]) {
+            Err(NoBlock::Empty) if self.release_spares() => self.take_big(order, [PLAIN, SMALL])?,
             r => r?,
         };
         self.dirty_pages -= self.block_dirty(b, order);
@@ -612,6 +832,7 @@ impl FreeArea {
     fn unsplit(&mut self, r: PbRef) {
         let before = self.pb_dirty(r);
         self.meta.drop_planes(r);
+        self.count_split(r, false);
         self.meta.update_pb(r, |h| {
             h.free = 0;
             h.multi = 0;

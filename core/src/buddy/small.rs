@@ -10,7 +10,7 @@
 #![deny(unsafe_code)]
 
 use super::dirty::{Got, range_of};
-use super::{Big, FreeArea, NoBlock};
+use super::{Big, FreeArea, NoBlock, PLAIN, SMALL};
 use crate::addr::{Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::FreeError;
@@ -105,6 +105,7 @@ impl FreeArea {
             h.free = (hi - lo) as u16;
             h.multi = 0;
         });
+        self.count_split(r, true);
         self.free_pages += (hi - lo) as u64;
         if flags & flag::DIRTY != 0 {
             self.dirty_pages += (hi - lo) as u64;
@@ -358,8 +359,8 @@ impl FreeArea {
     }
 
     /// Takes a free pageblock from the buddy and splits it for `class`.
-    fn claim(&mut self, class: Class) -> Result<PbRef, NoBlock> {
-        let b = self.take_big(PB_SHIFT as u8)?;
+    pub(super) fn claim(&mut self, class: Class) -> Result<PbRef, NoBlock> {
+        let b = self.take_big(PB_SHIFT as u8, [SMALL, PLAIN])?;
         let Big::Pb(r) = b else {
             return Err(NoBlock::Empty);
         };
@@ -379,13 +380,14 @@ impl FreeArea {
             h.multi = 0;
             h.bucket = 0;
         });
+        self.count_split(r, true);
         Ok(r)
     }
 
     /// Takes a block of `order` from split pageblock `r`, which can serve it (it has a free run,
     /// and an extra plane above order 0), then settles `r`. With `zero`, a run of clean frames
     /// is taken if the pageblock has one.
-    fn take_from(&mut self, r: PbRef, order: u8, zero: bool) -> Got {
+    pub(super) fn take_from(&mut self, r: PbRef, order: u8, zero: bool) -> Got {
         let base = self.pb_base(r);
         let len = 1usize << order;
         let flag_dirty = self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY != 0);
@@ -432,36 +434,6 @@ impl FreeArea {
         }
     }
 
-    /// Takes an aligned run of `2^order` free frames of split pageblock `r` as that many
-    /// order-0 blocks (for the metadata pool, whose frames are never freed), then settles `r`.
-    pub(super) fn take_frames(&mut self, r: PbRef, order: u8) -> Pfn {
-        let base = self.pb_base(r);
-        let len = 1usize << order;
-        let off = self.tracking(r, |a| {
-            let off = a
-                .meta
-                .update_planes(r, |alloc, extra| {
-                    let off = alloc.find_clear_run(order)?;
-                    alloc.fill(off, len, true);
-                    if let Some(x) = extra {
-                        // Every frame heads its own order-0 block.
-                        x.fill(off, len, true);
-                    }
-                    Some(off)
-                })
-                .flatten()
-                .unwrap_or(0);
-            a.meta.update_pb(r, |h| {
-                h.free -= len as u16;
-                h.flags &= !flag::REPORTED;
-            });
-            off
-        });
-        self.free_pages -= len as u64;
-        self.settle(r);
-        Pfn::new(base.get() + off as u64)
-    }
-
     /// What `pfn` holds, for a free of a block of `order`; changes nothing.
     pub(crate) fn find(&self, pfn: Pfn, order: Order) -> Result<Found, FreeError> {
         let r = self.pb_ref(pfn).ok_or(FreeError::Foreign { pfn })?;
@@ -478,6 +450,8 @@ impl FreeArea {
             };
         };
         match h.state {
+            // The metadata pool's own frames: never the caller's.
+            PbState::Split if h.flags & flag::POOL != 0 => Err(FreeError::Foreign { pfn }),
             PbState::Split => {
                 let alloc = self
                     .meta

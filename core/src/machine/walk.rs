@@ -137,19 +137,27 @@ impl<'a> Machine<'a> {
     pub(super) fn grow(&self, zone: &Zone, what: Short) -> bool {
         while zone.pool_low(what) {
             let frames = Pool::slab_frames(what).next_power_of_two();
-            let Ok(pfn) = zone.alloc_slab(what) else {
+            let pfn = match zone.alloc_slab(what) {
+                Ok(pfn) => pfn,
+                // A new pool pageblock needs a section split, which needs an array first.
+                Err(Refused::Meta(Short::Arrays)) if what != Short::Arrays => {
+                    if !self.grow(zone, Short::Arrays) {
+                        return !zone.pool_low(what);
+                    }
+                    continue;
+                }
                 // No split section has room for a slab: split a free one with an array of its
                 // own first frames (that section can never be whole again).
-                return (what == Short::Arrays && self.host_section(zone, frames))
-                    || !zone.pool_low(what);
+                Err(_) => {
+                    return (what == Short::Arrays && self.host_section(zone, frames))
+                        || !zone.pool_low(what);
+                }
             };
             let mapped = PhysRange::new(pfn, Pfn::new(pfn.get() + frames))
                 .and_then(|range| Mapped::new(self.mem, range));
             let Some(mapped) = mapped else {
                 // The platform cannot map it: give the frames back and stop.
-                for i in 0..frames {
-                    let _ = zone.free(Pfn::new(pfn.get() + i), Order::ZERO, &self.caches, true);
-                }
+                zone.unalloc_slab(what, pfn);
                 return !zone.pool_low(what);
             };
             zone.add_slab(what, mapped);

@@ -6,7 +6,8 @@
 //!   0..512 4 KiB frames (firmware and ROM regions). It is backed with a 1 GiB frame for every
 //!   whole GiB where one can be had, 2 MiB frames for the rest (and for a GiB whose 1 GiB frame
 //!   failed), 4 KiB frames last (the tail, and any 2 MiB block that failed). It also keeps a
-//!   pool of 4 KiB frames, 1/256 of its size (I/O buffers), of which it frees a random half
+//!   pool of 4 KiB frames, 1/256 of its size (I/O buffers, short-lived where the allocator has
+//!   lifetime classes), of which it frees a random half
 //!   and allocates as many again every day.
 //! - Guests are created while their memory and pools stay within 85% of the node, and each
 //!   day one random guest is torn down (all its frames freed).
@@ -100,8 +101,22 @@ const ORDERS: [u8; 3] = [0, 9, 18];
 
 impl<A: Frames + ?Sized> World<'_, A> {
     fn alloc(&mut self, order: u8) -> Result<Option<u64>, String> {
+        self.take(order, false)
+    }
+
+    /// A frame of a guest's I/O-buffer pool, allocated as short-lived.
+    fn alloc_buffer(&mut self) -> Result<Option<u64>, String> {
+        self.take(0, true)
+    }
+
+    fn take(&mut self, order: u8, short_lived: bool) -> Result<Option<u64>, String> {
         self.ops += 1;
-        let Some(f) = self.a.alloc(order) else {
+        let got = if short_lived {
+            self.a.alloc_short_lived()
+        } else {
+            self.a.alloc(order)
+        };
+        let Some(f) = got else {
             return Ok(None);
         };
         let rel = f.wrapping_sub(self.base);
@@ -160,7 +175,12 @@ impl<A: Frames + ?Sized> World<'_, A> {
             if !ok {
                 break;
             }
-            match self.alloc(0)? {
+            let got = if i < tail {
+                self.alloc(0)?
+            } else {
+                self.alloc_buffer()?
+            };
+            match got {
                 Some(f) if i < tail => g.blocks[0].push(f),
                 Some(f) => g.pool.push(f),
                 None => ok = false,
@@ -245,7 +265,7 @@ pub fn run<A: Frames + ?Sized>(
                     w.free(f, 0);
                 }
                 while (g.pool.len() as u64) < g.frames / 256 {
-                    match w.alloc(0)? {
+                    match w.alloc_buffer()? {
                         Some(f) => g.pool.push(f),
                         None => break,
                     }

@@ -102,6 +102,15 @@ impl Frames for NumaNode<'_, '_> {
         }
         .expect("numaframe refused a frame it handed out");
     }
+    fn alloc_short_lived(&mut self) -> Option<u64> {
+        self.machine
+            .alloc(
+                self.node,
+                Order::new(0),
+                self.flags | AllocFlags::SHORT_LIVED,
+            )
+            .map(Pfn::get)
+    }
 }
 
 /// numaframe through a task's memory policy (`TaskPolicy::alloc`, then `Machine::free`).

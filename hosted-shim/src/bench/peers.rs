@@ -13,6 +13,11 @@ pub trait Frames {
     fn alloc(&mut self, order: u8) -> Option<u64>;
     /// Gives back a block from [`Frames::alloc`] with the same order.
     fn free(&mut self, frame: u64, order: u8);
+    /// An order-0 frame the caller will free soon (an I/O buffer). The default is a plain
+    /// allocation: only numaframe has lifetime classes.
+    fn alloc_short_lived(&mut self) -> Option<u64> {
+        self.alloc(0)
+    }
     /// Fills `out` with order-0 frames; returns how many it placed. The default loops single
     /// allocations, as a peer's user would.
     fn alloc_bulk(&mut self, out: &mut [Pfn]) -> usize {

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-use crate::commands::{bench, demo, hugepages, interleave, zonelists};
+use crate::commands::{bench, demo, frag, hugepages, interleave, zonelists};
 use crate::presets::PRESETS;
 
 mod parse_error;
@@ -54,6 +54,8 @@ pub enum Command {
     Interleave(interleave::Args),
     /// Reserve huge-page pools at boot from a Linux command line, with parallel per-node jobs
     Hugepages(hugepages::Args),
+    /// Run a workload, then print fragmentation as Linux does (unusable index, pageblocks) and draw it
+    Frag(frag::Args),
     /// numaframe side by side with buddy_system_allocator, bitmap-allocator, free-list, an oracle and a Vec floor
     Bench(bench::Args),
 }
@@ -66,6 +68,7 @@ impl Command {
             Command::Demo(_) => "demo",
             Command::Interleave(_) => "interleave",
             Command::Hugepages(_) => "hugepages",
+            Command::Frag(_) => "frag",
             Command::Bench(_) => "bench",
         }
     }
@@ -74,7 +77,7 @@ impl Command {
 /// The text after the top-level help's option list.
 fn after_help() -> String {
     format!(
-        "Topology (exactly one, for zonelists, interleave and hugepages):\n  \
+        "Topology (exactly one, for zonelists, interleave, hugepages and frag):\n  \
          --topology FILE.toml   a TOML machine description\n  \
          --numactl FILE         saved `numactl --hardware` output\n  \
          --sysfs [DIR]          a Linux node directory (default /sys/devices/system/node)\n  \
@@ -197,6 +200,7 @@ pub fn run_with_progress(
         Command::Demo(a) => demo::command(a, json, out),
         Command::Interleave(a) => interleave::command(a, json, out),
         Command::Hugepages(a) => hugepages::command(a, json, out),
+        Command::Frag(a) => frag::command(a, json, out),
         Command::Bench(a) => bench::command(a, json, out, progress),
     };
     result.map_err(|e| e.for_command(name))

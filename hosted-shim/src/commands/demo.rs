@@ -14,6 +14,7 @@ use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeMask, Order, Pfn, 
 use serde_json::{Value, json};
 
 use super::hugepages::{default_threads, reserve};
+use super::metadata::Metadata;
 use super::source::load_preset;
 use crate::error::CliError;
 use crate::presets::PRESETS;
@@ -125,6 +126,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
     let managed: u64 = machine.nodes().iter().map(|n| n.managed_pages()).sum();
     let reserved_bytes = total_bytes - managed * numaframe::PAGE_SIZE;
     let touched = sim.memory().resident_bytes();
+    let meta_boot = Metadata::of(&machine);
     let mut fallback = Vec::new();
     machine.for_each_fallback_line(|line| fallback.push(line.to_string()));
 
@@ -136,6 +138,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
     let t1 = Instant::now();
     reserve(&mut plan, &machine, threads);
     let huge_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let meta_huge = Metadata::of(&machine);
     let huge_log: Vec<String> = plan
         .report(&machine)
         .lines()
@@ -165,6 +168,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
             "metadata_bytes": reserved_bytes,
             "metadata_percent": 100.0 * reserved_bytes as f64 / total_bytes.max(1) as f64,
             "resident_bytes": touched,
+            "allocator_metadata": {"boot": meta_boot, "after_hugepages": meta_huge},
             "fallback": fallback,
             "hugepages": {
                 "cmdline": line, "threads": threads, "elapsed_ms": huge_ms, "log": huge_log,
@@ -216,6 +220,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
         touched as f64 / (1 << 20) as f64,
     )
     .map_err(internal)?;
+    writeln!(out, "Allocator metadata after boot: {meta_boot}").map_err(internal)?;
 
     writeln!(out, "\nHuge pages from \"{line}\":").map_err(internal)?;
     for l in &huge_log {
@@ -236,6 +241,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
         )
         .map_err(internal)?;
     }
+    writeln!(out, "Allocator metadata after the huge pages: {meta_huge}").map_err(internal)?;
 
     writeln!(out, "\nPolicies (a bulk of 4096 pages each, then freed):").map_err(internal)?;
     for p in &policies {

@@ -15,6 +15,7 @@ use numaframe::hugetlb::{JobCursor, Report, ReservationPlan};
 use numaframe::{BootOptions, Machine, NodeId};
 use serde::Serialize;
 
+use super::metadata::Metadata;
 use super::source::Source;
 use crate::error::CliError;
 use crate::sim::Sim;
@@ -111,12 +112,15 @@ fn ms(d: Duration) -> f64 {
 /// HugeTLB: registered 2.00 MiB page size, pre-allocated 0 pages
 /// HugeTLB: allocation took 0.04 ms with 2 threads
 /// numaframe: boot took 0.21 ms, boot and allocation 0.25 ms
+/// numaframe: metadata after boot 446464 bytes (436.00 KiB), 6.81 KiB per GiB of 64.00 GiB managed
+/// numaframe: metadata after the reservation 446464 bytes (436.00 KiB), 6.81 KiB per GiB of 64.00 GiB managed
 /// ```
 ///
 /// JSON: `{"pools":[{"size_kib":1048576,"requested":8,"allocated":8,"per_node":{"0":4,"1":4}},…],
-/// "threads":T,"elapsed_ms":x,"boot_ms":b,"allocation_ms":a,"log":[lines]}`, with a pool for
-/// each size in the order of the `registered` lines, every node in `per_node`, and
-/// `elapsed_ms` the boot and the allocation together.
+/// "threads":T,"elapsed_ms":x,"boot_ms":b,"allocation_ms":a,"log":[lines],
+/// "metadata":{"boot":M,"reserved":M}}` with `M` a [`Metadata`], with a pool for each size in
+/// the order of the `registered` lines, every node in `per_node`, and `elapsed_ms` the boot
+/// and the allocation together.
 ///
 /// # Errors
 /// [`CliError::BadInput`] for a command line the parser rejects or that names a node `spec`
@@ -145,10 +149,12 @@ pub fn run(
         .boot(BootOptions::default())
         .map_err(|e| CliError::Internal(format!("boot: {e}")))?;
     let booted = start.elapsed();
+    let meta_boot = Metadata::of(&machine);
     let mut plan = ReservationPlan::new(&config, &machine).map_err(|e| bad_cmdline(cmdline, e))?;
     reserve(&mut plan, &machine, threads);
     let elapsed = start.elapsed();
     let allocation = elapsed.saturating_sub(booted);
+    let metadata = Metadata::of(&machine);
 
     let report = plan.report(&machine);
     let log: Vec<String> = report.lines().map(|l| l.to_string()).collect();
@@ -160,6 +166,10 @@ pub fn run(
             boot_ms: ms(booted),
             allocation_ms: ms(allocation),
             log,
+            metadata: Metadatas {
+                boot: meta_boot,
+                reserved: metadata,
+            },
         };
         serde_json::to_writer(&mut *out, &doc)?;
         writeln!(out)?;
@@ -179,6 +189,8 @@ pub fn run(
         ms(booted),
         ms(elapsed)
     )?;
+    writeln!(out, "numaframe: metadata after boot {meta_boot}")?;
+    writeln!(out, "numaframe: metadata after the reservation {metadata}")?;
     Ok(())
 }
 
@@ -191,6 +203,14 @@ struct Doc {
     boot_ms: f64,
     allocation_ms: f64,
     log: Vec<String>,
+    metadata: Metadatas,
+}
+
+/// The allocator's metadata after boot and after the reservation.
+#[derive(Serialize)]
+struct Metadatas {
+    boot: Metadata,
+    reserved: Metadata,
 }
 
 #[derive(Serialize)]
@@ -258,7 +278,9 @@ mod tests {
                 && lines[2].ends_with(" ms with 2 threads")
         );
         assert!(lines[3].starts_with("numaframe: boot took "));
-        assert_eq!(lines.len(), 4);
+        assert!(lines[4].starts_with("numaframe: metadata after boot "));
+        assert!(lines[5].starts_with("numaframe: metadata after the reservation "));
+        assert_eq!(lines.len(), 6);
     }
 
     #[test]

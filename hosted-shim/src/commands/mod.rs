@@ -4,7 +4,9 @@
 
 pub mod bench;
 pub mod demo;
+pub mod frag;
 pub mod hugepages;
 pub mod interleave;
+pub mod metadata;
 pub mod source;
 pub mod zonelists;
