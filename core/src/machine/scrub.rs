@@ -31,7 +31,7 @@ impl<'a> Machine<'a> {
     /// [`FrameClearer`](crate::FrameClearer), and puts it back clean. An allocation that needs
     /// the unit meanwhile makes it stop and give the unit back (the part it cleared stays
     /// clean), and the call returns. A unit of whole pageblocks is cleared a pageblock at a
-    /// time, so a call clears at most `max(budget, 512)` frames. Frames in per-CPU caches are
+    /// time, so a call may clear up to 511 frames more than `budget`. Frames in per-CPU caches are
     /// not scrubbed until they go back to their zone. Without a clearer nothing is cleared.
     pub fn scrub(&self, node: NodeId, budget: u64) -> u64 {
         let Some(n) = self.node(node) else {
