@@ -37,6 +37,10 @@ fn hba(held: &[Pfn], range: PhysRange, k: u32, free_total: u64) -> (u64, u64) {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
 fn order_zero_goes_to_the_fullest_pageblock_with_room() {
     let spec = Spec::uniform(1, 8 * 512, 0);
     let mem = SparseMem::default();
@@ -88,6 +92,10 @@ fn order_zero_goes_to_the_fullest_pageblock_with_room() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
 fn every_fully_free_aligned_block_can_be_allocated() {
     let spec = Spec::uniform(1, 16 * 512, 0);
     let mem = SparseMem::default();
@@ -154,6 +162,10 @@ fn every_fully_free_aligned_block_can_be_allocated() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
 fn classes_keep_to_their_pageblocks() {
     let spec = Spec::uniform(1, 16 * 512, 0);
     let mem = SparseMem::default();
@@ -185,6 +197,10 @@ fn classes_keep_to_their_pageblocks() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
 fn one_frame_allocated_and_freed_again_and_again_keeps_its_pageblock_split() {
     // A whole section and one pageblock after it, which holds the span's metadata region. Once
     // that edge pageblock is full, a pair must not split and merge 1 GiB each time, but a 1 GiB
@@ -229,6 +245,10 @@ fn one_frame_allocated_and_freed_again_and_again_keeps_its_pageblock_split() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
 fn a_bulk_takes_every_free_frame_but_the_metadata() {
     // Two whole sections and nothing else: splitting the second one needs an array that no
     // split section has room for (the first is full), so it hosts its own.
@@ -251,6 +271,10 @@ fn a_bulk_takes_every_free_frame_but_the_metadata() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
 fn metadata_stays_within_its_budget() {
     // 1 GiB and 4 GiB from 4 GiB up (one zone each), all handed out in 4 KiB frames, then all
     // back. What splitting costs per GiB is the difference between the two machines, so the
@@ -283,6 +307,10 @@ fn metadata_stays_within_its_budget() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
 fn the_metadata_pool_pins_few_pageblocks() {
     // 2 GiB split frame by frame: the pool grows by a slab every 64 split pageblocks. Once every
     // frame is back, the only pageblocks that are not wholly free are the ones holding the
@@ -310,6 +338,10 @@ fn the_metadata_pool_pins_few_pageblocks() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
 fn the_metadata_pools_frames_cannot_be_freed() {
     // Every frame of the zone that a fill does not hand out is the allocator's own: a free of
     // one is refused, and nothing changes.
