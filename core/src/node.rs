@@ -4,7 +4,7 @@
 use crate::addr::{NR_ORDERS, Order, Pfn, PhysRange};
 use crate::bitmap::Plane;
 use crate::buddy::{
-    Found, FreeArea, Got, HotFrames, Lent, NoBlock, PageblockCounts, PageblockInfo,
+    Found, FreeArea, Got, Hosting, HotFrames, Lent, NoBlock, PageblockCounts, PageblockInfo,
 };
 use crate::error::{FreeError, InvariantError};
 use crate::meta::{Class, PB_SHIFT, PbRef, Seed, Short, SpanMeta, Use};
@@ -363,7 +363,7 @@ impl Zone {
     }
 
     /// Frames for a new slab of the zone's metadata pool (taken with the pool's reserve).
-    pub(crate) fn alloc_slab(&self, what: Short) -> Result<Pfn, Refused> {
+    pub(crate) fn alloc_slab(&self, what: Short) -> Result<Option<Pfn>, Refused> {
         Ok(self.inner.lock().area.alloc_slab(what)?)
     }
 
@@ -373,8 +373,13 @@ impl Zone {
     }
 
     /// Takes a free section to host its own array (the last resort of pool growth).
-    pub(crate) fn section_for_array(&self) -> Option<Pfn> {
+    pub(crate) fn section_for_array(&self) -> Hosting {
         self.inner.lock().area.section_for_array()
+    }
+
+    /// Ends a growth that added nothing (see [`Zone::section_for_array`]).
+    pub(crate) fn end_growth(&self) {
+        self.inner.lock().area.end_growth();
     }
 
     /// Splits the section taken by [`Zone::section_for_array`] with its own first frames,
@@ -385,7 +390,9 @@ impl Zone {
 
     /// Adds a mapped slab to the zone's metadata pool.
     pub(crate) fn add_slab(&self, what: Short, slab: Mapped) {
-        self.inner.lock().area.meta.pool.add_slab(what, slab);
+        let mut z = self.inner.lock();
+        z.area.meta.pool.add_slab(what, slab);
+        z.area.growing = false;
     }
 
     /// `true` if the zone's pool is at or below its reserve of `what`.

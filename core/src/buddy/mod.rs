@@ -100,6 +100,9 @@ pub(crate) struct FreeArea {
     slab_pb: Option<PbRef>,
     slab_next: u16,
     pool_left: u64,
+    /// A slab is on its way into the pool (handed out by [`FreeArea::alloc_slab`], not yet
+    /// added): one grows the pool at a time, so racing CPUs do not take a slab each.
+    pub(crate) growing: bool,
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
     dirty_pages: u64,
@@ -119,6 +122,17 @@ pub(crate) fn pool_index(order: Order) -> Option<usize> {
         MAX_ORDER => Some(1),
         _ => None,
     }
+}
+
+/// What [`FreeArea::section_for_array`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hosting {
+    /// Another CPU's growth is on its way, or the pool is no longer short of arrays.
+    Wait,
+    /// No free section.
+    Nothing,
+    /// This free section, taken (marked allocated) to hold its own array.
+    Section(Pfn),
 }
 
 /// A failed allocation: no memory, or no metadata to describe the split it needs (the caller
@@ -154,6 +168,7 @@ impl FreeArea {
             slab_pb: None,
             slab_next: 0,
             pool_left: 0,
+            growing: false,
             free_pages: 0,
             managed_pages: 0,
             dirty_pages: 0,
@@ -172,14 +187,19 @@ impl FreeArea {
     /// range), from the zone's pool pageblock: a pageblock the pool keeps for itself, whose
     /// frames all read as allocated and which refuses every free (`flag::POOL`), so no caller
     /// can free the pool's memory. When it has no room left, a free pageblock becomes the next
-    /// one (the claim may use the pool's reserve).
-    pub(crate) fn alloc_slab(&mut self, what: Short) -> Result<Pfn, NoBlock> {
+    /// one (the claim may use the pool's reserve). `None` when no slab is needed now: another
+    /// CPU's slab is on its way, or the pool is no longer low.
+    pub(crate) fn alloc_slab(&mut self, what: Short) -> Result<Option<Pfn>, NoBlock> {
+        if self.growing || !self.meta.pool.low(what) {
+            return Ok(None);
+        }
         let len = crate::meta::Pool::slab_frames(what).next_power_of_two() as usize;
         if let Some(r) = self.slab_pb {
             let off = usize::from(self.slab_next).next_multiple_of(len);
             if off + len <= FRAMES {
                 self.slab_next = off as u16 + len as u16;
-                return Ok(Pfn::new(self.pb_base(r).get() + off as u64));
+                self.growing = true;
+                return Ok(Some(Pfn::new(self.pb_base(r).get() + off as u64)));
             }
         }
         self.need = Need::Growth;
@@ -189,7 +209,8 @@ impl FreeArea {
         self.free_pages -= FRAMES as u64;
         // Its frames leave the free ones, dirty or not.
         self.tracking(r, |a| a.make_pool_pb(r, len));
-        Ok(self.pb_base(r))
+        self.growing = true;
+        Ok(Some(self.pb_base(r)))
     }
 
     /// Makes split pageblock `r`, whose free frames the caller took off `free_pages`, the pool
@@ -211,6 +232,7 @@ impl FreeArea {
     /// Gives back the last slab [`FreeArea::alloc_slab`] handed out (the platform could not map
     /// it), if `pfn` heads it.
     pub(crate) fn unalloc_slab(&mut self, what: Short, pfn: Pfn) {
+        self.growing = false;
         let len = crate::meta::Pool::slab_frames(what).next_power_of_two();
         if let Some(r) = self.slab_pb {
             let off = pfn.get().wrapping_sub(self.pb_base(r).get());
@@ -231,19 +253,36 @@ impl FreeArea {
 
     /// Takes a free section off its list for [`FreeArea::host_section`] (marked allocated
     /// meanwhile); `None` if there is none.
-    pub(crate) fn section_for_array(&mut self) -> Option<Pfn> {
-        let b = Big::Section(SecRef::unpack(self.whole)?);
+    ///
+    /// Like a slab, the section counts as growth on its way (`growing`) until
+    /// [`FreeArea::host_section`] or [`FreeArea::end_growth`]; [`Hosting::Wait`] while another
+    /// CPU's growth is.
+    pub(crate) fn section_for_array(&mut self) -> Hosting {
+        if self.growing || !self.meta.pool.low(Short::Arrays) {
+            return Hosting::Wait;
+        }
+        let Some(s) = SecRef::unpack(self.whole) else {
+            return Hosting::Nothing;
+        };
+        let b = Big::Section(s);
+        self.growing = true;
         self.dirty_pages -= self.block_dirty(b, MAX_ORDER);
         self.unlink_big(b, MAX_ORDER);
         self.mark_allocated(b, MAX_ORDER, Use::Normal);
         self.free_pages -= Order::MAX.frames();
-        Some(self.base(b))
+        Hosting::Section(self.base(b))
+    }
+
+    /// The growth on its way ended without adding to the pool.
+    pub(crate) fn end_growth(&mut self) {
+        self.growing = false;
     }
 
     /// Splits the section taken by [`FreeArea::section_for_array`] with its own first frames,
     /// mapped as `slab`, as its array: those frames stay allocated for good, the rest of the
     /// section is free. With a slab the section cannot use, the section just goes back.
     pub(crate) fn host_section(&mut self, base: Pfn, slab: crate::platform::Mapped) {
+        self.growing = false;
         let Some(s) = self.sec_ref(base) else {
             return;
         };

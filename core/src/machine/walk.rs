@@ -6,6 +6,7 @@
 use super::layout::Layout;
 use super::{AllocFlags, Machine};
 use crate::addr::{Order, Pfn, PhysRange};
+use crate::buddy::Hosting;
 use crate::meta::{Class, Pool, Short};
 use crate::node::{Mark, Refused, Zone, ZoneKind};
 use crate::platform::Mapped;
@@ -138,7 +139,13 @@ impl<'a> Machine<'a> {
         while zone.pool_low(what) {
             let frames = Pool::slab_frames(what).next_power_of_two();
             let pfn = match zone.alloc_slab(what) {
-                Ok(pfn) => pfn,
+                Ok(Some(pfn)) => pfn,
+                // Another CPU's slab is on its way: wait for it (it holds no lock while it
+                // maps), then look again.
+                Ok(None) => {
+                    crate::sync::spin_loop();
+                    continue;
+                }
                 // A new pool pageblock needs a section split, which needs an array first.
                 Err(Refused::Meta(Short::Arrays)) if what != Short::Arrays => {
                     if !self.grow(zone, Short::Arrays) {
@@ -148,10 +155,20 @@ impl<'a> Machine<'a> {
                 }
                 // No split section has room for a slab: split a free one with an array of its
                 // own first frames (that section can never be whole again).
-                Err(_) => {
-                    return (what == Short::Arrays && self.host_section(zone, frames))
-                        || !zone.pool_low(what);
-                }
+                Err(_) if what == Short::Arrays => match zone.section_for_array() {
+                    Hosting::Wait => {
+                        crate::sync::spin_loop();
+                        continue;
+                    }
+                    Hosting::Nothing => return !zone.pool_low(what),
+                    Hosting::Section(base) => {
+                        if !self.host_section(zone, base, frames) {
+                            return !zone.pool_low(what);
+                        }
+                        continue;
+                    }
+                },
+                Err(_) => return !zone.pool_low(what),
             };
             let mapped = PhysRange::new(pfn, Pfn::new(pfn.get() + frames))
                 .and_then(|range| Mapped::new(self.mem, range));
@@ -166,10 +183,7 @@ impl<'a> Machine<'a> {
     }
 
     /// Splits a free section of `zone` with an array in its own first `frames` frames.
-    fn host_section(&self, zone: &Zone, frames: u64) -> bool {
-        let Some(base) = zone.section_for_array() else {
-            return false;
-        };
+    fn host_section(&self, zone: &Zone, base: Pfn, frames: u64) -> bool {
         match PhysRange::new(base, Pfn::new(base.get() + frames))
             .and_then(|range| Mapped::new(self.mem, range))
         {
@@ -179,6 +193,7 @@ impl<'a> Machine<'a> {
             }
             None => {
                 let _ = zone.free(base, Order::MAX, &self.caches, true);
+                zone.end_growth();
                 false
             }
         }
