@@ -8,35 +8,15 @@
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::{AllocFlags, BulkFreeError, FreeError, Machine, NodeId, Order, PcpConfig, Pfn};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Steps, Tiny, keep, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// A one-node machine with a CPU (caching on) and three order-0 frames allocated.
 fn setup() -> (Arc<Machine<'static>>, [Pfn; 3]) {
-    let tiny = leak(Tiny::new(1, 64, &[]));
-    let mem = leak(SparseMem::default());
+    let tiny = keep(Tiny::new(1, 64, &[]));
+    let mem = keep(SparseMem::default());
     let m = tiny.boot_with_cpus(mem, &[N0], PcpConfig { batch: 1, high: 2 });
     let f = [0; 3].map(|_| {
         m.alloc(N0, Order::ZERO, AllocFlags::THISNODE)
@@ -72,12 +52,12 @@ fn settle(m: &Machine<'_>, held: &[Pfn]) {
 
 /// A bulk of `[a, b]` against a free of `b` by `single` (plain or per-CPU).
 fn bulk_against_single(single: fn(&Machine<'_>, Pfn) -> Result<(), FreeError>) {
-    loom::model(move || {
+    model(move || {
         let (m, [a, b, c]) = setup();
         let steps = Arc::new(Steps::default());
         let other = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 steps.next();
                 single(&m, b)
             })
@@ -116,7 +96,7 @@ fn two_bulks_share_a_frame(m: &Arc<Machine<'static>>, [a, b, c]: [Pfn; 3]) -> Fr
     let steps = Arc::new(Steps::default());
     let other = {
         let (m, steps) = (m.clone(), steps.clone());
-        loom::thread::spawn(move || {
+        spawn(move || {
             steps.next();
             m.free_bulk(&[b, c])
         })
@@ -136,7 +116,7 @@ fn two_bulks_share_a_frame(m: &Arc<Machine<'static>>, [a, b, c]: [Pfn; 3]) -> Fr
 /// The state after two bulks sharing a frame: one winner, the loser changed nothing.
 #[test]
 fn two_bulks_share_a_frame_one_wins() {
-    loom::model(|| {
+    model(|| {
         let (m, f) = setup();
         let error = two_bulks_share_a_frame(&m, f);
         // Which kind of error names `b` is the next model's concern.
@@ -158,7 +138,7 @@ fn two_bulks_share_a_frame_one_wins() {
 #[ignore = "bug: a bulk that finds its frame claimed by another thread's bulk reports \
             Duplicate, which says the frame appears twice in its own slice"]
 fn a_bulk_losing_a_shared_frame_reports_a_double_free() {
-    loom::model(|| {
+    model(|| {
         let (m, f) = setup();
         let error = two_bulks_share_a_frame(&m, f);
         assert!(lost(error, f[1]), "{error:?}");

@@ -10,39 +10,19 @@
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::node::DMA32_END;
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{AllocFlags, NodeId, Order, PcpConfig, Pfn, PhysRange};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Steps, Tiny, keep, model, spawn};
 
 const FRAMES: u64 = 64;
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// CPU 0's cache holds two frames of node 0's boot span; one thread takes both through the
 /// fast path while another hot-adds `added` to node 0.
-fn model(added: PhysRange) {
-    loom::model(move || {
-        let tiny = leak(Tiny::new(1, FRAMES, &[]));
-        let mem = leak(SparseMem::default());
+fn fast_path_races_hot_add(added: PhysRange) {
+    model(move || {
+        let tiny = keep(Tiny::new(1, FRAMES, &[]));
+        let mem = keep(SparseMem::default());
         let n0 = NodeId::new(0);
         let pcp = PcpConfig { batch: 2, high: 4 };
         let m = Arc::new(tiny.boot_with_cpus(mem, &[n0], pcp));
@@ -58,7 +38,7 @@ fn model(added: PhysRange) {
         let steps = Arc::new(Steps::default());
         let adder = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 steps.next();
                 m.hot_add(mem, n0, added, FallbackOptions::default())
                     .expect("hot-add of a free range");
@@ -101,12 +81,16 @@ fn model(added: PhysRange) {
 /// path searches it.
 #[test]
 fn fast_path_races_a_span_joining_its_zone() {
-    model(PhysRange::new(Pfn::new(FRAMES), Pfn::new(2 * FRAMES)).expect("ordered"));
+    fast_path_races_hot_add(
+        PhysRange::new(Pfn::new(FRAMES), Pfn::new(2 * FRAMES)).expect("ordered"),
+    );
 }
 
 /// The node's first `Normal` span: the zone the fast path starts from changes.
 #[test]
 fn fast_path_races_the_first_span_of_a_higher_zone() {
     let start = DMA32_END.get();
-    model(PhysRange::new(Pfn::new(start), Pfn::new(start + FRAMES)).expect("ordered"));
+    fast_path_races_hot_add(
+        PhysRange::new(Pfn::new(start), Pfn::new(start + FRAMES)).expect("ordered"),
+    );
 }

@@ -15,7 +15,7 @@ use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BootError, HugeSize, MAX_ORDER, NodeId, Order, PcpConfig, Pfn, PhysRange,
 };
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
 
 const FRAMES: u64 = 64;
 
@@ -27,10 +27,9 @@ fn order_of(m: &numaframe::Machine<'_>, node: usize) -> Vec<usize> {
 
 #[test]
 fn hot_add_races_an_allocation() {
-    loom::model(|| {
-        // loom threads need 'static data: the machine's tables and memory are leaked (a few KiB).
-        let tiny: &'static Tiny = Box::leak(Box::new(Tiny::new(2, FRAMES, &[1])));
-        let mem: &'static SparseMem = Box::leak(Box::new(SparseMem::default()));
+    model(|| {
+        let tiny = keep(Tiny::new(2, FRAMES, &[1]));
+        let mem = keep(SparseMem::default());
         let m = Arc::new(tiny.boot(mem));
         let (n0, n1) = (NodeId::new(0), NodeId::new(1));
 
@@ -48,7 +47,7 @@ fn hot_add_races_an_allocation() {
 
         let adder = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 // Node 1's slot in Tiny's layout, left empty at boot.
                 let range =
                     PhysRange::new(Pfn::new(FRAMES), Pfn::new(2 * FRAMES)).expect("ordered");
@@ -58,7 +57,7 @@ fn hot_add_races_an_allocation() {
         };
         let allocator = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let seen = order_of(&m, 0);
                 assert!(seen == [0] || seen == [0, 1], "torn list {seen:?}");
                 match m.alloc(n0, Order::ZERO, AllocFlags::empty()) {
@@ -105,8 +104,8 @@ fn two_nodes(
     &'static SparseMem,
     Vec<Pfn>,
 ) {
-    let tiny: &'static Tiny = Box::leak(Box::new(Tiny::new(2, FRAMES, &[1])));
-    let mem: &'static SparseMem = Box::leak(Box::new(SparseMem::default()));
+    let tiny = keep(Tiny::new(2, FRAMES, &[1]));
+    let mem = keep(SparseMem::default());
     let m = tiny.boot_with_cpus(mem, &[NodeId::new(0)], PcpConfig { batch: 1, high: 2 });
     let frames = (0..held)
         .map(|_| {
@@ -145,11 +144,11 @@ fn settle(m: &numaframe::Machine<'_>) {
 /// into node 0, whichever layout it reads.
 #[test]
 fn hot_add_races_frees_and_a_bulk() {
-    loom::model(|| {
+    model(|| {
         let (m, mem, f) = two_nodes(4);
         let adder = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 m.hot_add(
                     mem,
                     NodeId::new(1),
@@ -173,11 +172,11 @@ fn hot_add_races_frees_and_a_bulk() {
 /// step of the hot-add it overlaps.
 #[test]
 fn hot_add_races_check_invariants() {
-    loom::model(|| {
+    model(|| {
         let (m, mem, _) = two_nodes(0);
         let adder = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 m.hot_add(
                     mem,
                     NodeId::new(1),
@@ -198,7 +197,7 @@ fn hot_add_races_check_invariants() {
 /// pool and the zone agree afterwards.
 #[test]
 fn hot_add_races_reserve_huge() {
-    loom::model(|| {
+    model(|| {
         let (m, mem, _) = two_nodes(0);
         let n1 = NodeId::new(1);
         // 1024 frames from the first 2 MiB boundary above node 0: one aligned 2 MiB block
@@ -206,7 +205,7 @@ fn hot_add_races_reserve_huge() {
         let range = PhysRange::new(Pfn::new(1024), Pfn::new(2048)).expect("ordered");
         let adder = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 m.hot_add(mem, n1, range, FallbackOptions::default())
                     .expect("hot-add");
             })
@@ -226,12 +225,12 @@ fn hot_add_races_reserve_huge() {
 /// Two hot-adds at once, into node 1's slot. Disjoint halves both land; overlapping ranges
 /// land one: the other fails with `Overlap` naming its own start, and changes nothing.
 fn two_hot_adds(a: PhysRange, b: PhysRange) {
-    loom::model(move || {
+    model(move || {
         let (m, mem, _) = two_nodes(0);
         let n1 = NodeId::new(1);
         let other = {
             let m = m.clone();
-            loom::thread::spawn(move || m.hot_add(mem, n1, b, FallbackOptions::default()))
+            spawn(move || m.hot_add(mem, n1, b, FallbackOptions::default()))
         };
         let mine = m.hot_add(mem, n1, a, FallbackOptions::default());
         let theirs = other.join().expect("thread");

@@ -6,34 +6,14 @@
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::{AllocFlags, Machine, NodeId, NumaStat, Order, PcpConfig};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Steps, Tiny, keep, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 fn boot() -> Arc<Machine<'static>> {
-    let tiny = leak(Tiny::new(1, 64, &[]));
-    let mem = leak(SparseMem::default());
+    let tiny = keep(Tiny::new(1, 64, &[]));
+    let mem = keep(SparseMem::default());
     Arc::new(tiny.boot_with_cpus(mem, &[N0], PcpConfig { batch: 2, high: 2 }))
 }
 
@@ -84,12 +64,12 @@ fn settle(m: &Machine<'_>) {
 
 #[test]
 fn check_invariants_during_mutation() {
-    loom::model(|| {
+    model(|| {
         let m = boot();
         let steps = Arc::new(Steps::default());
         let cpu = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || mutate(&m, &steps))
+            spawn(move || mutate(&m, &steps))
         };
         steps.next();
         m.check_invariants().expect("no spurious invariant error");
@@ -102,12 +82,12 @@ fn check_invariants_during_mutation() {
 /// a read to the final count, and the final counts are the two local hits.
 #[test]
 fn numastat_during_mutation() {
-    loom::model(|| {
+    model(|| {
         let m = boot();
         let steps = Arc::new(Steps::default());
         let cpu = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || mutate(&m, &steps))
+            spawn(move || mutate(&m, &steps))
         };
         let read = || {
             steps.next();

@@ -5,36 +5,16 @@
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::{AllocFlags, FreeError, NodeId, Order, PcpConfig};
-use numaframe_loom::{SparseMem, Tiny};
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
+use numaframe_loom::{SparseMem, Steps, Tiny, keep, model, spawn};
 
 /// CPU 0 allocates (refilling its cache) and frees while CPU 1 drains CPU 0's cache: every
 /// frame ends either in a cache or in the zone, never in both and never lost.
 #[test]
 fn refill_races_remote_drain() {
-    loom::model(|| {
-        let tiny = leak(Tiny::new(1, 64, &[]));
-        let mem = leak(SparseMem::default());
+    model(|| {
+        let tiny = keep(Tiny::new(1, 64, &[]));
+        let mem = keep(SparseMem::default());
         let cpus = [NodeId::new(0), NodeId::new(0)];
         let m = Arc::new(tiny.boot_with_cpus(mem, &cpus, PcpConfig { batch: 2, high: 4 }));
         let node = m.node(NodeId::new(0)).expect("node 0");
@@ -42,7 +22,7 @@ fn refill_races_remote_drain() {
         let (c0, c1) = (m.cpu(0).expect("cpu 0"), m.cpu(1).expect("cpu 1"));
         let worker = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let p = m
                     .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
                     .expect("memory");
@@ -68,9 +48,9 @@ fn refill_races_remote_drain() {
 /// a typed error, and the state stays consistent.
 #[test]
 fn double_free_from_two_cpus() {
-    loom::model(|| {
-        let tiny = leak(Tiny::new(1, 64, &[]));
-        let mem = leak(SparseMem::default());
+    model(|| {
+        let tiny = keep(Tiny::new(1, 64, &[]));
+        let mem = keep(SparseMem::default());
         let cpus = [NodeId::new(0), NodeId::new(0)];
         let m = Arc::new(tiny.boot_with_cpus(mem, &cpus, PcpConfig { batch: 1, high: 2 }));
         let c0 = m.cpu(0).expect("cpu 0");
@@ -80,7 +60,7 @@ fn double_free_from_two_cpus() {
         let steps = Arc::new(Steps::default());
         let other = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 steps.next();
                 m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO)
             })
@@ -111,9 +91,9 @@ fn double_free_from_two_cpus() {
 /// frame is free exactly once.
 #[test]
 fn double_free_into_two_caches() {
-    loom::model(|| {
-        let tiny = leak(Tiny::new(1, 64, &[]));
-        let mem = leak(SparseMem::default());
+    model(|| {
+        let tiny = keep(Tiny::new(1, 64, &[]));
+        let mem = keep(SparseMem::default());
         let n0 = NodeId::new(0);
         let m = Arc::new(tiny.boot_with_cpus(mem, &[n0, n0], PcpConfig { batch: 1, high: 1 }));
         let before = m.node(n0).expect("node 0").free_pages();
@@ -131,7 +111,7 @@ fn double_free_into_two_caches() {
         let steps = Arc::new(Steps::default());
         let other = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 steps.next();
                 m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO)
             })

@@ -11,11 +11,7 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, Machine, NodeId, Order, PcpConfig, Pfn, ZoneKind};
-use numaframe_loom::{SparseMem, Tiny};
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
+use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
@@ -53,8 +49,8 @@ fn leave_free(m: &Machine<'_>, k: u64) -> Vec<(Pfn, Order)> {
 /// A machine whose node 0 has no free frame in its zone and `cached` frames in CPU 0's cache
 /// (CPU 1 has none); returns it with the blocks held to get there.
 fn cached_only(cached: u32) -> (Arc<Machine<'static>>, Vec<(Pfn, Order)>) {
-    let tiny = leak(Tiny::new(1, 64, &[]));
-    let mem = leak(SparseMem::default());
+    let tiny = keep(Tiny::new(1, 64, &[]));
+    let mem = keep(SparseMem::default());
     let pcp = PcpConfig {
         batch: cached,
         high: cached,
@@ -96,11 +92,11 @@ fn settle(m: &Machine<'_>, held: Vec<(Pfn, Order)>, got: &[Pfn]) {
 /// a cached frame. Two frames, two allocations: both succeed.
 #[test]
 fn retry_drain_races_the_owners_allocation() {
-    loom::model(|| {
+    model(|| {
         let (m, held) = cached_only(2);
         let owner = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 m.alloc_cpu(m.cpu(0).expect("cpu 0"), Order::ZERO, AllocFlags::empty())
                     .expect("a cached or drained frame")
             })
@@ -121,11 +117,11 @@ fn retry_drain_races_the_owners_allocation() {
 #[ignore = "bug: a walk whose drain finds nothing skips its retry, though the raised pressure \
             sent CPU 0's free to the zone meanwhile"]
 fn retry_drain_races_the_owners_refill() {
-    loom::model(|| {
+    model(|| {
         let (m, held) = cached_only(2);
         let owner = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let c0 = m.cpu(0).expect("cpu 0");
                 let p = m
                     .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
@@ -152,11 +148,11 @@ fn retry_drain_races_the_owners_refill() {
 #[ignore = "bug: the second walk's drain finds the caches already drained by the first and \
             skips its retry, with a frame free in the zone"]
 fn two_failing_walks_share_one_drain() {
-    loom::model(|| {
+    model(|| {
         let (m, held) = cached_only(2);
         let other = {
             let m = m.clone();
-            loom::thread::spawn(move || m.alloc(N0, Order::ZERO, AllocFlags::empty()))
+            spawn(move || m.alloc(N0, Order::ZERO, AllocFlags::empty()))
         };
         let mine = m.alloc(N0, Order::ZERO, AllocFlags::empty());
         let theirs = other.join().expect("thread");

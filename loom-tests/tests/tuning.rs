@@ -9,34 +9,14 @@
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::{AllocFlags, Machine, NodeId, Order, PcpConfig, Pfn};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Steps, Tiny, keep, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 fn boot(pcp: PcpConfig) -> Arc<Machine<'static>> {
-    let tiny = leak(Tiny::new(1, 64, &[]));
-    let mem = leak(SparseMem::default());
+    let tiny = keep(Tiny::new(1, 64, &[]));
+    let mem = keep(SparseMem::default());
     Arc::new(tiny.boot_with_cpus(mem, &[N0], pcp))
 }
 
@@ -57,12 +37,12 @@ fn settle(m: &Machine<'_>) {
 /// operations either: the free ends in the zone or was drained.
 #[test]
 fn turning_caching_off_is_a_barrier() {
-    loom::model(|| {
+    model(|| {
         let m = boot(PcpConfig { batch: 2, high: 4 });
         let steps = Arc::new(Steps::default());
         let cpu = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let c0 = m.cpu(0).expect("cpu 0");
                 steps.next();
                 let p = m
@@ -93,13 +73,13 @@ fn turning_caching_off_is_a_barrier() {
 /// `set_pcp` returns and at the end, CPU 0's one list holds at most the new `high`.
 #[test]
 fn shrinking_the_tuning_holds_once_set() {
-    loom::model(|| {
+    model(|| {
         let old = PcpConfig { batch: 4, high: 8 };
         let new = PcpConfig { batch: 1, high: 1 };
         let m = boot(old);
         let cpu = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let seen = m.pcp();
                 assert!(seen == old || seen == new, "torn tuning {seen:?}");
                 let c0 = m.cpu(0).expect("cpu 0");
