@@ -11,8 +11,8 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread::JoinHandle;
 
 use numaframe::{
-    BootOptions, Machine, MemoryRange, NodeId, NodeInfo, PcpConfig, Pfn, PhysMemory, PhysRange,
-    Topology,
+    AllocFlags, BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Order, PcpConfig, Pfn,
+    PhysMemory, PhysRange, Topology, ZoneKind,
 };
 
 /// The stack of every model thread. loom's default (32 KiB) is too small for the core, whose
@@ -269,4 +269,55 @@ impl Tiny {
         };
         Machine::boot(topo, mem, &self.ranges, opts).expect("boot")
     }
+}
+
+/// Gives every cached frame back and checks the invariants, and that every frame of every node
+/// is free: how a model that freed all it allocated ends.
+pub fn assert_all_free(m: &Machine<'_>) {
+    m.drain_all();
+    m.check_invariants().expect("invariants");
+    assert_eq!(m.cached_pages(), 0, "drained caches hold nothing");
+    for node in m.nodes() {
+        assert_eq!(
+            node.free_pages(),
+            node.managed_pages(),
+            "{:?}: every frame is back",
+            node.id()
+        );
+    }
+}
+
+/// Allocates every free block of `node`'s `Dma32` zone (by its buddyinfo, so no allocation
+/// fails and none drains a cache), then frees or takes back frames until exactly `k` are free.
+/// Returns the blocks held.
+pub fn leave_free(m: &Machine<'_>, node: NodeId, k: u64) -> Vec<(Pfn, Order)> {
+    let mut held = Vec::new();
+    let zone = m
+        .node(node)
+        .expect("a node of the machine")
+        .zone(ZoneKind::Dma32);
+    for (order, &count) in zone.buddyinfo().iter().enumerate().rev() {
+        let order = Order::new(order as u8);
+        for _ in 0..count {
+            held.push((
+                m.alloc(node, order, AllocFlags::THISNODE)
+                    .expect("a free block"),
+                order,
+            ));
+        }
+    }
+    assert_eq!(zone.counters().free, 0);
+    held.sort_by_key(|&(_, order)| order);
+    while zone.counters().free < k {
+        let (p, order) = held.remove(0);
+        m.free(p, order).expect("own block");
+    }
+    while zone.counters().free > k {
+        held.push((
+            m.alloc(node, Order::ZERO, AllocFlags::THISNODE)
+                .expect("free frame"),
+            Order::ZERO,
+        ));
+    }
+    held
 }
