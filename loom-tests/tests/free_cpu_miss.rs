@@ -18,7 +18,7 @@
 use loom::sync::Arc;
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{AllocFlags, FreeError, Machine, NodeId, Order, PcpConfig, Pfn, PhysRange};
-use numaframe_loom::{SparseMem, Steps, Thread, Tiny, check, keep, model, spawn};
+use numaframe_loom::{SparseMem, Steps, Thread, Tiny, assert_all_free, check, keep, model, spawn};
 
 const FRAMES: u64 = 64;
 const N0: NodeId = NodeId::new(0);
@@ -60,20 +60,9 @@ fn spawn_hot_add(
     })
 }
 
-/// Drains, checks the invariants, that every frame is free exactly once and that the hot-add
-/// landed.
+/// Checks that every frame is free exactly once and that the hot-add landed.
 fn settle(m: &Machine<'_>) {
-    m.drain_all();
-    m.check_invariants().expect("invariants");
-    assert_eq!(m.cached_pages(), 0);
-    for n in [N0, N1] {
-        let node = m.node(n).expect("node");
-        assert_eq!(
-            node.free_pages(),
-            node.managed_pages(),
-            "{n:?}: every frame is back"
-        );
-    }
+    assert_all_free(m);
     assert_eq!(
         m.node_of(Pfn::new(2 * FRAMES)),
         Some(N1),

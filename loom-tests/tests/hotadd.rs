@@ -15,7 +15,7 @@ use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BootError, HugeSize, MAX_ORDER, NodeId, Order, PcpConfig, Pfn, PhysRange,
 };
-use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
+use numaframe_loom::{SparseMem, Tiny, assert_all_free, keep, model, spawn};
 
 const FRAMES: u64 = 64;
 
@@ -125,20 +125,6 @@ fn slot(offset: u64, frames: u64) -> PhysRange {
     .expect("ordered")
 }
 
-/// Drains, checks the invariants and that every frame of both nodes is free exactly once.
-fn settle(m: &numaframe::Machine<'_>) {
-    m.drain_all();
-    m.check_invariants().expect("invariants");
-    for n in 0..2 {
-        let node = m.node(NodeId::new(n)).expect("node");
-        assert_eq!(
-            node.free_pages(),
-            node.managed_pages(),
-            "node {n}: every frame back"
-        );
-    }
-}
-
 /// Frees of every kind while node 1 is hot-added: a plain free, CPU 0's first per-CPU free
 /// (which looks its span up in the layout being republished) and a bulk. Every free succeeds
 /// into node 0, whichever layout it reads.
@@ -164,7 +150,7 @@ fn hot_add_races_frees_and_a_bulk() {
         m.free_bulk(&f[2..]).expect("own frames");
         adder.join().expect("adder");
         assert_eq!(order_of(&m, 0), [0, 1]);
-        settle(&m);
+        assert_all_free(&m);
     });
 }
 
@@ -188,7 +174,7 @@ fn hot_add_races_check_invariants() {
         };
         m.check_invariants().expect("no spurious invariant error");
         adder.join().expect("adder");
-        settle(&m);
+        assert_all_free(&m);
     });
 }
 
@@ -218,12 +204,23 @@ fn hot_add_races_reserve_huge() {
         let node = m.node(n1).expect("node 1");
         assert_eq!(node.free_pages() + 512 * got, node.managed_pages());
         assert_eq!(m.release_huge(n1, HugeSize::Size2M, 1), got);
-        settle(&m);
+        assert_all_free(&m);
     });
 }
 
-/// Two hot-adds at once, into node 1's slot. Disjoint halves both land; overlapping ranges
-/// land one: the other fails with `Overlap` naming its own start, and changes nothing.
+/// The frames node 1 manages once `r` alone is hot-added to a fresh machine: each span gives
+/// up the end of its range to its own metadata, however it races.
+fn managed_alone(r: PhysRange) -> u64 {
+    let (m, mem, _) = two_nodes(0);
+    let n1 = NodeId::new(1);
+    m.hot_add(mem, n1, r, FallbackOptions::default())
+        .expect("hot-add");
+    m.node(n1).expect("node 1").managed_pages()
+}
+
+/// Two hot-adds at once, into node 1's slot. Disjoint halves both land, and node 1 manages
+/// what each manages alone; overlapping ranges land one: the other fails with `Overlap` naming
+/// its own start, and changes nothing.
 fn two_hot_adds(a: PhysRange, b: PhysRange) {
     model(move || {
         let (m, mem, _) = two_nodes(0);
@@ -235,28 +232,25 @@ fn two_hot_adds(a: PhysRange, b: PhysRange) {
         let mine = m.hot_add(mem, n1, a, FallbackOptions::default());
         let theirs = other.join().expect("thread");
         let managed = m.node(n1).expect("node 1").managed_pages();
-        // A range of a few dozen frames gives up its last frame for its metadata (12 bytes a
-        // frame, one page).
-        let usable = |r: PhysRange| r.frames() - 1;
         if a.overlaps(&b) {
             match (mine, theirs) {
                 (Ok(()), Err(BootError::Overlap { start })) => {
                     assert_eq!(start, b.start());
-                    assert_eq!(managed, usable(a));
+                    assert_eq!(managed, managed_alone(a));
                 }
                 (Err(BootError::Overlap { start }), Ok(())) => {
                     assert_eq!(start, a.start());
-                    assert_eq!(managed, usable(b));
+                    assert_eq!(managed, managed_alone(b));
                 }
                 other => panic!("exactly one overlapping hot-add lands: {other:?}"),
             }
         } else {
             assert_eq!((mine, theirs), (Ok(()), Ok(())));
-            assert_eq!(managed, usable(a) + usable(b));
+            assert_eq!(managed, managed_alone(a) + managed_alone(b));
         }
         assert_eq!(order_of(&m, 0), [0, 1]);
         assert_eq!(order_of(&m, 1), [1, 0]);
-        settle(&m);
+        assert_all_free(&m);
     });
 }
 

@@ -7,7 +7,7 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, Machine, NodeId, NumaStat, Order, PcpConfig};
-use numaframe_loom::{SparseMem, Steps, Tiny, keep, model, spawn};
+use numaframe_loom::{SparseMem, Steps, Tiny, assert_all_free, keep, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
@@ -50,18 +50,6 @@ fn counters(s: &NumaStat) -> [u64; 6] {
     ]
 }
 
-/// Checks that every frame is free once the caches are drained.
-fn settle(m: &Machine<'_>) {
-    m.drain_all();
-    m.check_invariants().expect("invariants");
-    let node = m.node(N0).expect("node 0");
-    assert_eq!(
-        node.free_pages(),
-        node.managed_pages(),
-        "every frame is back"
-    );
-}
-
 #[test]
 fn check_invariants_during_mutation() {
     model(|| {
@@ -74,7 +62,7 @@ fn check_invariants_during_mutation() {
         steps.next();
         m.check_invariants().expect("no spurious invariant error");
         cpu.join().expect("cpu");
-        settle(&m);
+        assert_all_free(&m);
     });
 }
 
@@ -103,6 +91,6 @@ fn numastat_during_mutation() {
                 "counter {i} went down: {first:?} {second:?} {last:?}"
             );
         }
-        settle(&m);
+        assert_all_free(&m);
     });
 }

@@ -52,7 +52,7 @@ fn planned(a: &Weights, b: &Weights) -> [[usize; 2]; 2] {
 #[test]
 fn weight_replacement_is_seen_whole_by_each_bulk() {
     model(|| {
-        let tiny = keep(Tiny::new(2, 32, &[]));
+        let tiny = keep(Tiny::new(2, 64, &[]));
         let mem = keep(SparseMem::default());
         let m = Arc::new(tiny.boot(mem));
         let old = Weights::new(&[1, 2]).expect("weights");
@@ -126,7 +126,7 @@ fn single_pages(a: [u8; 2], b: [u8; 2], switch: usize, n: usize) -> Vec<usize> {
 #[test]
 fn weight_replacement_is_seen_whole_by_each_page() {
     model(|| {
-        let tiny = keep(Tiny::new(2, 32, &[]));
+        let tiny = keep(Tiny::new(2, 64, &[]));
         let mem = keep(SparseMem::default());
         let m = Arc::new(tiny.boot(mem));
         let (old, new) = ([1, 2], [2, 1]);
