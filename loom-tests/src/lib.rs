@@ -20,8 +20,10 @@ use numaframe::{
 /// 128 KiB; this leaves room for more.
 pub const STACK_BYTES: usize = 512 << 10;
 
-/// Runs `f` as a loom model (see [`check`]) with loom's default settings, which the
-/// `LOOM_*` environment variables change.
+/// Runs `f` as a loom model with loom's settings, which the `LOOM_*` environment variables
+/// change. loom runs a model's body on a small stack that cannot be made larger, so the body
+/// runs on a thread of its own with a [`STACK_BYTES`] stack, which the model's main thread
+/// joins.
 pub fn model<F>(f: F)
 where
     F: Fn() + Sync + Send + 'static,
@@ -29,13 +31,19 @@ where
     loom::model(on_a_big_stack(f));
 }
 
-/// Runs `f` as a loom model with `builder`'s settings. loom runs a model's body on a small
-/// stack that cannot be made larger, so the body runs on a thread of its own with a
-/// [`STACK_BYTES`] stack, which the model's main thread joins.
-pub fn check<F>(builder: &loom::model::Builder, f: F)
+/// Runs `f` as [`model`] does, with at most `preemptions` preemptions (fewer if
+/// `LOOM_MAX_PREEMPTIONS` says so), for the models that cannot explore more in reasonable
+/// time; each says what it costs.
+pub fn model_up_to<F>(preemptions: usize, f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(
+        builder
+            .preemption_bound
+            .map_or(preemptions, |b| b.min(preemptions)),
+    );
     builder.check(on_a_big_stack(f));
 }
 
