@@ -255,6 +255,17 @@ impl Tiny {
         }
     }
 
+    /// The tables of one node whose memory is `range`.
+    pub fn one_node(range: PhysRange) -> Tiny {
+        Tiny {
+            ranges: vec![MemoryRange {
+                node: NodeId::new(0),
+                range,
+            }],
+            ..Tiny::new(1, 0, &[])
+        }
+    }
+
     /// Boots it with watermarks off.
     pub fn boot<'a>(&'a self, mem: &'a SparseMem) -> Machine<'a> {
         self.boot_with_cpus(mem, &[], PcpConfig::default())

@@ -8,11 +8,16 @@
 //! interleaving exactly one of the two calls succeeds, the loser gets a typed error naming the
 //! shared frame (a losing bulk also names its index), and the state is as if only the winner
 //! had run: the loser's other frames are still allocated (they free afterwards), and every
-//! frame is free exactly once at the end.
+//! frame is free exactly once at the end. A last pair of models races a bulk over both zones
+//! of a node, which holds both zone locks at once, against a plain free in either zone.
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use numaframe::{AllocFlags, BulkFreeError, FreeError, Machine, NodeId, Order, PcpConfig, Pfn};
+use numaframe::node::DMA32_END;
+use numaframe::{
+    AllocFlags, BulkFreeError, FreeError, Machine, NodeId, Order, PcpConfig, Pfn, PhysRange,
+    ZoneKind,
+};
 use numaframe_loom::{SparseMem, Steps, Tiny, assert_all_free, keep, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
@@ -157,4 +162,60 @@ fn a_bulk_losing_a_shared_frame_reports_a_double_free() {
 #[test]
 fn a_bulk_losing_a_shared_lent_frame_reports_a_double_free() {
     two_bulks_share_a_frame(From::Cpu);
+}
+
+/// A bulk of `[b, a]` across both zones of a node (`a` in `Dma32`, `b` in `Normal`), which
+/// locks them in ascending order whatever the slice's order, against a plain free of `shared`
+/// (one of the two), which takes that zone's lock alone: between the bulk's two lock
+/// acquisitions, or before, or after. Exactly one free of `shared` wins, and the loser changes
+/// nothing.
+fn bulk_across_zones_against_a_plain_free(shared_in_normal: bool) {
+    model(move || {
+        let start = DMA32_END.get() - 64;
+        let range = PhysRange::new(Pfn::new(start), Pfn::new(start + 128)).expect("ordered");
+        let tiny = keep(Tiny::one_node(range));
+        let mem = keep(SparseMem::default());
+        let m = Arc::new(tiny.boot(mem));
+        let alloc = |flags| m.alloc(N0, Order::ZERO, flags).expect("memory");
+        let a = alloc(AllocFlags::THISNODE | AllocFlags::DMA32);
+        let b = alloc(AllocFlags::THISNODE);
+        assert_eq!(
+            (ZoneKind::of(a), ZoneKind::of(b)),
+            (ZoneKind::Dma32, ZoneKind::Normal)
+        );
+        let (shared, other) = if shared_in_normal { (b, a) } else { (a, b) };
+        let steps = Arc::new(Steps::default());
+        let single = {
+            let (m, steps) = (m.clone(), steps.clone());
+            spawn(move || {
+                steps.next();
+                m.free(shared, Order::ZERO)
+            })
+        };
+        steps.next();
+        let bulk = m.free_bulk(&[b, a]);
+        let single = single.join().expect("thread");
+        let index = if shared_in_normal { 0 } else { 1 };
+        match (bulk, single) {
+            (Ok(()), Err(e)) => assert!(lost(e, shared), "{e:?}"),
+            (Err(BulkFreeError { index: i, error }), Ok(())) => {
+                assert_eq!(i, index, "the bulk fails on the shared frame");
+                assert!(lost(error, shared), "{error:?}");
+                m.free(other, Order::ZERO)
+                    .expect("still allocated: the losing bulk changed nothing");
+            }
+            other => panic!("exactly one free wins: {other:?}"),
+        }
+        assert_all_free(&m);
+    });
+}
+
+#[test]
+fn bulk_across_zones_races_a_free_in_the_first_zone_it_locks() {
+    bulk_across_zones_against_a_plain_free(false);
+}
+
+#[test]
+fn bulk_across_zones_races_a_free_in_the_second_zone_it_locks() {
+    bulk_across_zones_against_a_plain_free(true);
 }
