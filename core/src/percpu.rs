@@ -181,6 +181,10 @@ struct Slot {
     key: Option<Key>,
     r: PbRef,
     base: Pfn,
+    /// The pageblock's frames inside its span, as offsets `lo..hi`: the frames outside may
+    /// belong to another span (of this zone or another), whose frees must go there.
+    lo: usize,
+    hi: usize,
     /// Offsets of frames known free in the state array (remote frees are found by a rescan).
     stack: [u16; FRAMES],
     len: usize,
@@ -195,6 +199,8 @@ impl Slot {
         key: None,
         r: PbRef { span: 0, index: 0 },
         base: Pfn::new(0),
+        lo: 0,
+        hi: 0,
         stack: [0; FRAMES],
         len: 0,
         extra: false,
@@ -203,8 +209,8 @@ impl Slot {
 
     fn holds(&self, pfn: Pfn) -> Option<usize> {
         self.key?;
-        let off = pfn.get().checked_sub(self.base.get())?;
-        (off < FRAMES as u64).then_some(off as usize)
+        let off = usize::try_from(pfn.get().checked_sub(self.base.get())?).ok()?;
+        (self.lo..self.hi).contains(&off).then_some(off)
     }
 }
 
@@ -279,6 +285,8 @@ fn take_in(slot: &mut Slot, states: &SlotStates, lent: &Lent, key: Key) {
     slot.key = Some(key);
     slot.r = lent.r;
     slot.base = lent.base;
+    slot.lo = lent.lo;
+    slot.hi = lent.hi;
     slot.extra = lent.extra.is_some();
     slot.len = 0;
     let mut i = 0;

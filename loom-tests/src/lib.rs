@@ -3,13 +3,174 @@
 //! explores every interleaving of the real code, up to `LOOM_MAX_PREEMPTIONS`.
 #![cfg(numaframe_loom)]
 
+use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::thread::JoinHandle;
+
 use numaframe::{
-    BootOptions, Machine, MemoryRange, NodeId, NodeInfo, PcpConfig, Pfn, PhysMemory, PhysRange,
-    Topology,
+    AllocFlags, BootOptions, Machine, MemoryRange, NodeId, NodeInfo, Order, PcpConfig, Pfn,
+    PhysMemory, PhysRange, Topology, ZoneKind,
 };
+
+/// The stack of every model thread. loom's default (32 KiB) is too small for the core, whose
+/// boot builds nodes (about 10 KiB each) and per-CPU caches by value. Every model runs in
+/// 128 KiB; this leaves room for more.
+pub const STACK_BYTES: usize = 512 << 10;
+
+/// Runs `f` as a loom model with loom's settings, which the `LOOM_*` environment variables
+/// change. loom runs a model's body on a small stack that cannot be made larger, so the body
+/// runs on a thread of its own with a [`STACK_BYTES`] stack, which the model's main thread
+/// joins.
+pub fn model<F>(f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    loom::model(on_a_big_stack(f));
+}
+
+/// Runs `f` as [`model`] does, with at most `preemptions` preemptions (fewer if
+/// `LOOM_MAX_PREEMPTIONS` says so), for the models that cannot explore more in reasonable
+/// time; each says what it costs.
+pub fn model_up_to<F>(preemptions: usize, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(
+        builder
+            .preemption_bound
+            .map_or(preemptions, |b| b.min(preemptions)),
+    );
+    builder.check(on_a_big_stack(f));
+}
+
+fn on_a_big_stack<F>(f: F) -> impl Fn() + Sync + Send + 'static
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let f = std::sync::Arc::new(f);
+    move || {
+        // Whatever a failed model left behind on this test thread stays leaked: it is not
+        // this execution's to drop.
+        KEPT.with_borrow_mut(Vec::clear);
+        UNJOINED.set(0);
+        let f = f.clone();
+        if let Err(panic) = spawn(move || f()).join() {
+            std::panic::resume_unwind(panic);
+        }
+        release();
+    }
+}
+
+/// A model thread, to be joined before its model returns (see [`keep`]).
+#[derive(Debug)]
+pub struct Thread<T>(JoinHandle<T>);
+
+impl<T> Thread<T> {
+    /// Waits for the thread to finish and returns what it returned.
+    ///
+    /// # Errors
+    /// The thread's panic.
+    pub fn join(self) -> std::thread::Result<T> {
+        let r = self.0.join();
+        UNJOINED.set(UNJOINED.get() - 1);
+        r
+    }
+}
+
+/// Spawns a loom thread with a [`STACK_BYTES`] stack.
+pub fn spawn<F, T>(f: F) -> Thread<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    UNJOINED.set(UNJOINED.get() + 1);
+    // loom 0.7 documents the size in bytes but hands it to its coroutine crate, which counts
+    // words.
+    Thread(
+        loom::thread::Builder::new()
+            .stack_size(STACK_BYTES / size_of::<usize>())
+            .spawn(f)
+            .expect("loom spawns without failing"),
+    )
+}
+
+/// A value [`keep`] holds, with the function that drops it.
+struct Kept {
+    ptr: *mut (),
+    drop: unsafe fn(*mut ()),
+}
+
+/// Drops the `Box<T>` that `ptr` came from.
+///
+/// # Safety
+/// `ptr` must come from `Box::<T>::into_raw`, and nothing may use it afterwards.
+unsafe fn drop_box<T>(ptr: *mut ()) {
+    // SAFETY: the caller's guarantee.
+    drop(unsafe { Box::from_raw(ptr.cast::<T>()) });
+}
+
+thread_local! {
+    /// What [`keep`] holds for the running execution, oldest first. loom runs every thread of
+    /// a model as a coroutine of the one test thread, so this and the count below belong to
+    /// the model that runs on it.
+    static KEPT: RefCell<Vec<Kept>> = const { RefCell::new(Vec::new()) };
+    /// Threads spawned in the running execution and not joined yet.
+    static UNJOINED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Keeps `v` until the running execution of the model ends, and lends it for as long. loom
+/// threads need `'static` data; leaking a machine's tables and memory instead would cost every
+/// execution a hundred KiB or more, and a model runs tens of thousands.
+///
+/// The reference must not outlive the execution: a model joins every thread it spawns (the
+/// execution checks that it did before it drops anything) and stores the reference nowhere
+/// that outlives the execution.
+pub fn keep<T: 'static>(v: T) -> &'static T {
+    let ptr = Box::into_raw(Box::new(v));
+    KEPT.with_borrow_mut(|k| {
+        k.push(Kept {
+            ptr: ptr.cast(),
+            drop: drop_box::<T>,
+        })
+    });
+    // SAFETY: the box stays allocated until `release` drops it, once every thread that could
+    // hold the reference has been joined (the caller's promise above).
+    unsafe { &*ptr }
+}
+
+/// Drops what the execution kept, newest first (a machine before the memory it borrows).
+fn release() {
+    assert_eq!(
+        UNJOINED.get(),
+        0,
+        "a model left a thread unjoined: what it kept stays leaked"
+    );
+    while let Some(k) = KEPT.with_borrow_mut(Vec::pop) {
+        // SAFETY: `keep` made `ptr` with `Box::<T>::into_raw` for this `drop`, and every thread
+        // of the execution has been joined, so no reference to it is left.
+        unsafe { (k.drop)(k.ptr) };
+    }
+}
+
+/// A counter that every thread bumps before each call it races. Loom tries another order of two
+/// threads only where it sees them touch one object, and it misses some of the conflicts inside
+/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
+/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
+/// every order of the calls themselves.
+#[derive(Debug, Default)]
+pub struct Steps(AtomicUsize);
+
+impl Steps {
+    /// Marks the start of the next racing call.
+    pub fn next(&self) {
+        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// Physical memory that exists only where the allocator maps it: each mapped range gets its
 /// own page-aligned buffer (the promise of `PhysMemory`), filled with garbage.
@@ -94,6 +255,17 @@ impl Tiny {
         }
     }
 
+    /// The tables of one node whose memory is `range`.
+    pub fn one_node(range: PhysRange) -> Tiny {
+        Tiny {
+            ranges: vec![MemoryRange {
+                node: NodeId::new(0),
+                range,
+            }],
+            ..Tiny::new(1, 0, &[])
+        }
+    }
+
     /// Boots it with watermarks off.
     pub fn boot<'a>(&'a self, mem: &'a SparseMem) -> Machine<'a> {
         self.boot_with_cpus(mem, &[], PcpConfig::default())
@@ -116,4 +288,55 @@ impl Tiny {
         };
         Machine::boot(topo, mem, &self.ranges, opts).expect("boot")
     }
+}
+
+/// Gives every cached frame back and checks the invariants, and that every frame of every node
+/// is free: how a model that freed all it allocated ends.
+pub fn assert_all_free(m: &Machine<'_>) {
+    m.drain_all();
+    m.check_invariants().expect("invariants");
+    assert_eq!(m.cached_pages(), 0, "drained caches hold nothing");
+    for node in m.nodes() {
+        assert_eq!(
+            node.free_pages(),
+            node.managed_pages(),
+            "{:?}: every frame is back",
+            node.id()
+        );
+    }
+}
+
+/// Allocates every free block of `node`'s `Dma32` zone (by its buddyinfo, so no allocation
+/// fails and none drains a cache), then frees or takes back frames until exactly `k` are free.
+/// Returns the blocks held.
+pub fn leave_free(m: &Machine<'_>, node: NodeId, k: u64) -> Vec<(Pfn, Order)> {
+    let mut held = Vec::new();
+    let zone = m
+        .node(node)
+        .expect("a node of the machine")
+        .zone(ZoneKind::Dma32);
+    for (order, &count) in zone.buddyinfo().iter().enumerate().rev() {
+        let order = Order::new(order as u8);
+        for _ in 0..count {
+            held.push((
+                m.alloc(node, order, AllocFlags::THISNODE)
+                    .expect("a free block"),
+                order,
+            ));
+        }
+    }
+    assert_eq!(zone.counters().free, 0);
+    held.sort_by_key(|&(_, order)| order);
+    while zone.counters().free < k {
+        let (p, order) = held.remove(0);
+        m.free(p, order).expect("own block");
+    }
+    while zone.counters().free > k {
+        held.push((
+            m.alloc(node, Order::ZERO, AllocFlags::THISNODE)
+                .expect("free frame"),
+            Order::ZERO,
+        ));
+    }
+    held
 }

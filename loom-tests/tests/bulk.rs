@@ -3,13 +3,13 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, NodeId, Order, Pfn};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
 
 #[test]
 fn bulk_alloc_races_frees() {
-    loom::model(|| {
-        let tiny: &'static Tiny = Box::leak(Box::new(Tiny::new(1, 64, &[])));
-        let mem: &'static SparseMem = Box::leak(Box::new(SparseMem::default()));
+    model(|| {
+        let tiny = keep(Tiny::new(1, 64, &[]));
+        let mem = keep(SparseMem::default());
         let m = Arc::new(tiny.boot(mem));
         let n0 = NodeId::new(0);
         let before = m.node(n0).expect("node 0").free_pages();
@@ -21,7 +21,7 @@ fn bulk_alloc_races_frees() {
             .collect();
         let freer = {
             let m = m.clone();
-            loom::thread::spawn(move || m.free_bulk(&held).expect("own frames"))
+            spawn(move || m.free_bulk(&held).expect("own frames"))
         };
         let mut out = [Pfn::new(0); 3];
         let got = m.alloc_bulk(n0, AllocFlags::THISNODE, &mut out);

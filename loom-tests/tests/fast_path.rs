@@ -1,64 +1,50 @@
-//! The per-CPU fast path (an order-0 `alloc_cpu` popping a cached frame without reading the
-//! layout or taking a zone lock) racing a hot-add that publishes a span on the CPU's own node.
+//! The per-CPU fast path (an order-0 `alloc_cpu` popping a frame of the CPU's lent pageblock
+//! without reading the layout or taking a zone lock) racing a hot-add that publishes a span on
+//! the CPU's own node.
 //!
-//! The fast path trusts two things the hot-add changes under it: the zone's span list, which
-//! it searches without the zone lock to find a cached frame's metadata while the hot-add appends
-//! a span to the same list, and "the first zone of the preferred node with memory", which moves
-//! from `Dma32` to `Normal` when the hot-add gives the node its first `Normal` span. In every
-//! interleaving each allocation gets a distinct frame, either a cached one or (once the walk
-//! prefers the new zone) one of the new span, and afterwards every frame is free exactly once.
+//! The fast path trusts what the hot-add changes under it: "the first zone of the preferred
+//! node with memory", which moves from `Dma32` to `Normal` when the hot-add gives the node its
+//! first `Normal` span, and the lent pageblock itself, whose frames outside the boot span are
+//! the next span's when the hot-add fills the rest of the pageblock. In every interleaving each
+//! allocation gets a distinct frame, either a cached one or (once the walk prefers the new
+//! zone) one of the new span, and afterwards every frame is free exactly once.
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::node::DMA32_END;
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{AllocFlags, NodeId, Order, PcpConfig, Pfn, PhysRange};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Steps, Tiny, assert_all_free, keep, model, spawn};
 
 const FRAMES: u64 = 64;
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// CPU 0's cache holds two frames of node 0's boot span; one thread takes both through the
-/// fast path while another hot-adds `added` to node 0.
-fn model(added: PhysRange) {
-    loom::model(move || {
-        let tiny = leak(Tiny::new(1, FRAMES, &[]));
-        let mem = leak(SparseMem::default());
+/// CPU 0's cache holds node 0's one pageblock (its boot span is a part of one); one thread
+/// takes two frames through the fast path while another hot-adds `added` to node 0.
+fn fast_path_races_hot_add(added: PhysRange) {
+    model(move || {
+        let tiny = keep(Tiny::new(1, FRAMES, &[]));
+        let mem = keep(SparseMem::default());
         let n0 = NodeId::new(0);
-        let pcp = PcpConfig { batch: 2, high: 4 };
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[n0], pcp));
+        let m = Arc::new(tiny.boot_with_cpus(mem, &[n0], PcpConfig::default()));
         let c0 = m.cpu(0).expect("cpu 0");
-        // The refill caches a batch of two; the free puts the popped one back.
+        // The zone lends CPU 0 the pageblock; the free puts the popped frame back, and the
+        // CPU keeps the pageblock until it is wholly free.
         let p = m
             .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
             .expect("memory");
         m.free_cpu(c0, p, Order::ZERO).expect("own frame");
-        assert_eq!(m.cached_pages(), 2);
+        let node = m.node(n0).expect("node 0");
+        assert_eq!(
+            m.cached_pages(),
+            node.managed_pages(),
+            "every frame is cached"
+        );
         let boot = tiny.ranges[0].range;
 
         let steps = Arc::new(Steps::default());
         let adder = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 steps.next();
                 m.hot_add(mem, n0, added, FallbackOptions::default())
                     .expect("hot-add of a free range");
@@ -82,14 +68,8 @@ fn model(added: PhysRange) {
             assert_eq!(m.node_of(q), Some(n0));
             m.free_cpu(c0, q, Order::ZERO).expect("own frame");
         }
-        m.drain_all();
-        m.check_invariants().expect("invariants");
+        assert_all_free(&m);
         let node = m.node(n0).expect("node 0");
-        assert_eq!(
-            node.free_pages(),
-            node.managed_pages(),
-            "every frame is back"
-        );
         assert!(
             node.managed_pages() > boot.frames(),
             "the hot-added span counts"
@@ -97,16 +77,19 @@ fn model(added: PhysRange) {
     });
 }
 
-/// A second span in the zone the cached frames come from: the span list grows while the fast
-/// path searches it.
+/// A second span in the zone the cached frames come from, in the pageblock CPU 0 holds.
 #[test]
 fn fast_path_races_a_span_joining_its_zone() {
-    model(PhysRange::new(Pfn::new(FRAMES), Pfn::new(2 * FRAMES)).expect("ordered"));
+    fast_path_races_hot_add(
+        PhysRange::new(Pfn::new(FRAMES), Pfn::new(2 * FRAMES)).expect("ordered"),
+    );
 }
 
 /// The node's first `Normal` span: the zone the fast path starts from changes.
 #[test]
 fn fast_path_races_the_first_span_of_a_higher_zone() {
     let start = DMA32_END.get();
-    model(PhysRange::new(Pfn::new(start), Pfn::new(start + FRAMES)).expect("ordered"));
+    fast_path_races_hot_add(
+        PhysRange::new(Pfn::new(start), Pfn::new(start + FRAMES)).expect("ordered"),
+    );
 }

@@ -11,45 +11,28 @@
 //! allocation gets a frame of the CPU's node, the hot-add lands, and afterwards every frame is
 //! free exactly once.
 //!
-//! The three-thread model runs at two preemptions (about 3,500 executions, a few seconds): at
-//! three it ran for 20 minutes without finishing.
+//! With the pageblock lending of the per-CPU caches these models cost far more than they did:
+//! the three-thread model runs at one preemption (119,401 executions, about two and a half
+//! minutes), and the refused free at two (13,106 executions, 14 s; 90 s at three).
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{AllocFlags, FreeError, Machine, NodeId, Order, PcpConfig, Pfn, PhysRange};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{
+    SparseMem, Steps, Thread, Tiny, assert_all_free, keep, model, model_up_to, spawn,
+};
 
 const FRAMES: u64 = 64;
 const N0: NodeId = NodeId::new(0);
 const N1: NodeId = NodeId::new(1);
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// Nodes 0 and 1 have a span each; CPU 0 is on node 0. Returns the machine, its memory and a
 /// node-1 frame that CPU 0's next free misses its last span with: none at all if `first` (the
 /// CPU's first free), node 0's span otherwise.
 fn setup(first: bool) -> (Arc<Machine<'static>>, &'static SparseMem, Pfn) {
-    let tiny = leak(Tiny::new(2, FRAMES, &[]));
-    let mem = leak(SparseMem::default());
+    let tiny = keep(Tiny::new(2, FRAMES, &[]));
+    let mem = keep(SparseMem::default());
     let m = tiny.boot_with_cpus(mem, &[N0], PcpConfig { batch: 2, high: 4 });
     let c0 = m.cpu(0).expect("cpu 0");
     if !first {
@@ -70,9 +53,9 @@ fn spawn_hot_add(
     m: &Arc<Machine<'static>>,
     mem: &'static SparseMem,
     steps: &Arc<Steps>,
-) -> loom::thread::JoinHandle<()> {
+) -> Thread<()> {
     let (m, steps) = (m.clone(), steps.clone());
-    loom::thread::spawn(move || {
+    spawn(move || {
         let range = PhysRange::new(Pfn::new(2 * FRAMES), Pfn::new(3 * FRAMES)).expect("ordered");
         steps.next();
         m.hot_add(mem, N1, range, FallbackOptions::default())
@@ -80,20 +63,9 @@ fn spawn_hot_add(
     })
 }
 
-/// Drains, checks the invariants, that every frame is free exactly once and that the hot-add
-/// landed.
+/// Checks that every frame is free exactly once and that the hot-add landed.
 fn settle(m: &Machine<'_>) {
-    m.drain_all();
-    m.check_invariants().expect("invariants");
-    assert_eq!(m.cached_pages(), 0);
-    for n in [N0, N1] {
-        let node = m.node(n).expect("node");
-        assert_eq!(
-            node.free_pages(),
-            node.managed_pages(),
-            "{n:?}: every frame is back"
-        );
-    }
+    assert_all_free(m);
     assert_eq!(
         m.node_of(Pfn::new(2 * FRAMES)),
         Some(N1),
@@ -103,7 +75,7 @@ fn settle(m: &Machine<'_>) {
 
 /// CPU 0 frees the node-1 frame while node 1 gets a second span.
 fn free_races_hot_add(first: bool) {
-    loom::model(move || {
+    model(move || {
         let (m, mem, p1) = setup(first);
         let steps = Arc::new(Steps::default());
         let adder = spawn_hot_add(&m, mem, &steps);
@@ -130,15 +102,13 @@ fn free_in_another_span_races_hot_add() {
 /// the same cache lock) on a third thread.
 #[test]
 fn missed_free_races_hot_add_and_an_allocation_on_the_same_cpu() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(builder.preemption_bound.map_or(2, |b| b.min(2)));
-    builder.check(|| {
+    model_up_to(1, || {
         let (m, mem, p1) = setup(true);
         let steps = Arc::new(Steps::default());
         let c0 = m.cpu(0).expect("cpu 0");
         let freer = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 steps.next();
                 m.free_cpu(c0, p1, Order::ZERO)
                     .expect("own frame outside the last span");
@@ -164,7 +134,7 @@ fn missed_free_races_hot_add_and_an_allocation_on_the_same_cpu() {
 /// nothing.
 #[test]
 fn free_of_a_frame_being_hot_added_is_refused() {
-    loom::model(|| {
+    model_up_to(2, || {
         let (m, mem, p1) = setup(true);
         m.free(p1, Order::ZERO).expect("own frame");
         let steps = Arc::new(Steps::default());

@@ -7,22 +7,18 @@
 
 use loom::sync::Arc;
 use numaframe::{FreeError, HugeSize, Machine, NodeId, Pfn};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 const SIZE: HugeSize = HugeSize::Size2M;
 /// Frames of a 2 MiB page.
 const PAGE_FRAMES: u64 = 512;
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
 /// One node of 2048 frames (three whole 2 MiB blocks once its metadata and the machine's
 /// tables are carved off) with `pages` pages reserved in its pool.
 fn setup(pages: u64) -> Arc<Machine<'static>> {
-    let tiny = leak(Tiny::new(1, 2048, &[]));
-    let mem = leak(SparseMem::default());
+    let tiny = keep(Tiny::new(1, 2048, &[]));
+    let mem = keep(SparseMem::default());
     let m = tiny.boot(mem);
     assert_eq!(m.reserve_huge(N0, SIZE, pages), pages);
     Arc::new(m)
@@ -46,11 +42,11 @@ fn settle(m: &Machine<'_>, total: u64) {
 /// the allocation finds the pool empty.
 #[test]
 fn alloc_and_free_race_release() {
-    loom::model(|| {
+    model(|| {
         let m = setup(1);
         let user = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let p = m.alloc_huge(N0, SIZE)?;
                 m.free_huge(p, SIZE).expect("own page");
                 Some(p)
@@ -70,11 +66,11 @@ fn alloc_and_free_race_release() {
 /// Two threads allocate from a pool of one page: exactly one gets it.
 #[test]
 fn two_allocations_share_one_page() {
-    loom::model(|| {
+    model(|| {
         let m = setup(1);
         let other = {
             let m = m.clone();
-            loom::thread::spawn(move || m.alloc_huge(N0, SIZE))
+            spawn(move || m.alloc_huge(N0, SIZE))
         };
         let mine = m.alloc_huge(N0, SIZE);
         let theirs = other.join().expect("thread");
@@ -92,12 +88,12 @@ fn two_allocations_share_one_page() {
 /// ends up free in the pool or, if the release ran after the winning free, back in the buddy.
 #[test]
 fn double_free_huge_races_release() {
-    loom::model(|| {
+    model(|| {
         let m = setup(1);
         let p = m.alloc_huge(N0, SIZE).expect("a pool page");
         let other = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let freed = m.free_huge(p, SIZE);
                 (freed, m.release_huge(N0, SIZE, 1))
             })

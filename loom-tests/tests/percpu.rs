@@ -1,48 +1,33 @@
-//! Per-CPU caches: a refill racing a remote drain, and double frees racing across CPUs (a
-//! plain free against a per-CPU one, and two per-CPU frees into two caches). A double free is a
-//! caller bug the allocator promises to catch: exactly one free may win, or the frame would sit
-//! in two places at once and be handed out twice.
+//! Per-CPU caches: a CPU's lent pageblock taken back by a remote drain while the CPU allocates
+//! and frees in it (and, in a three-way model, while another CPU frees a frame of it too), and
+//! double frees racing across CPUs (a plain free against a per-CPU one, and the frame's holder
+//! against another CPU while the holder's free gives its pageblock back). A double free is a
+//! caller bug the allocator promises to catch: exactly one free may win, or the frame would
+//! sit in two places at once and be handed out twice.
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
-use numaframe::{AllocFlags, FreeError, NodeId, Order, PcpConfig};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe::{AllocFlags, FreeError, NodeId, Order, PcpConfig, Pfn};
+use numaframe_loom::{
+    SparseMem, Steps, Tiny, assert_all_free, keep, leave_free, model, model_up_to, spawn,
+};
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
+const N0: NodeId = NodeId::new(0);
 
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// CPU 0 allocates (refilling its cache) and frees while CPU 1 drains CPU 0's cache: every
-/// frame ends either in a cache or in the zone, never in both and never lost.
+/// CPU 0 allocates (its zone lends it the node's one pageblock) and frees (the pageblock stays
+/// lent: it keeps pageblocks until they are wholly free) while another thread drains CPU 0's
+/// cache: every frame ends either in the cache or in the zone, never in both and never lost.
 #[test]
 fn refill_races_remote_drain() {
-    loom::model(|| {
-        let tiny = leak(Tiny::new(1, 64, &[]));
-        let mem = leak(SparseMem::default());
-        let cpus = [NodeId::new(0), NodeId::new(0)];
-        let m = Arc::new(tiny.boot_with_cpus(mem, &cpus, PcpConfig { batch: 2, high: 4 }));
-        let node = m.node(NodeId::new(0)).expect("node 0");
-        let before = node.free_pages();
-        let (c0, c1) = (m.cpu(0).expect("cpu 0"), m.cpu(1).expect("cpu 1"));
+    model(|| {
+        let tiny = keep(Tiny::new(1, 64, &[]));
+        let mem = keep(SparseMem::default());
+        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0], PcpConfig::default()));
+        let before = m.node(N0).expect("node 0").free_pages();
+        let c0 = m.cpu(0).expect("cpu 0");
         let worker = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let p = m
                     .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
                     .expect("memory");
@@ -50,29 +35,27 @@ fn refill_races_remote_drain() {
             })
         };
         m.drain_cpu(c0);
-        let _ = c1;
         worker.join().expect("worker");
         m.check_invariants().expect("invariants");
-        let node = m.node(NodeId::new(0)).expect("node 0");
+        let node = m.node(N0).expect("node 0");
         assert_eq!(
             node.free_pages() + m.cached_pages(),
             before,
             "every frame is in a cache or its zone"
         );
-        m.drain_all();
-        assert_eq!(m.node(NodeId::new(0)).expect("node 0").free_pages(), before);
+        assert_all_free(&m);
     });
 }
 
-/// Two CPUs free the same frame at once (a caller bug): exactly one free wins, the other gets
-/// a typed error, and the state stays consistent.
+/// Two CPUs free the same frame at once (a caller bug), a frame of the pageblock CPU 0 holds:
+/// CPU 1 through the zone lock and the frame's state byte, the other thread with a plain free.
+/// Exactly one free wins, the other gets a typed error, and the state stays consistent.
 #[test]
 fn double_free_from_two_cpus() {
-    loom::model(|| {
-        let tiny = leak(Tiny::new(1, 64, &[]));
-        let mem = leak(SparseMem::default());
-        let cpus = [NodeId::new(0), NodeId::new(0)];
-        let m = Arc::new(tiny.boot_with_cpus(mem, &cpus, PcpConfig { batch: 1, high: 2 }));
+    model(|| {
+        let tiny = keep(Tiny::new(1, 64, &[]));
+        let mem = keep(SparseMem::default());
+        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0, N0], PcpConfig { batch: 1, high: 2 }));
         let c0 = m.cpu(0).expect("cpu 0");
         let p = m
             .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
@@ -80,7 +63,7 @@ fn double_free_from_two_cpus() {
         let steps = Arc::new(Steps::default());
         let other = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 steps.next();
                 m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO)
             })
@@ -96,48 +79,42 @@ fn double_free_from_two_cpus() {
         assert!(
             matches!(
                 err,
-                FreeError::DoubleFree { .. } | FreeError::NotAllocated { .. }
+                FreeError::DoubleFree { pfn } | FreeError::NotAllocated { pfn } if pfn == p
             ),
             "{err:?}"
         );
-        m.check_invariants().expect("invariants");
+        assert_all_free(&m);
     });
 }
 
-/// Two CPUs free the same frame into their own caches at once. Each cache already holds a
-/// frame and keeps at most one, so the winner's push overflows its list and drains the frame
-/// straight back to the zone (where it may merge) while the loser is still looking at its tag.
+/// CPU 0, which holds the frame's pageblock, and CPU 1 free the same frame at once. The
+/// pageblock has three free frames and the tuning keeps at most two, so CPU 0's free, if it
+/// wins, gives the pageblock back to the zone (under the zone lock) while CPU 1, which holds
+/// nothing, looks the frame up through the zone lock: in a lent pageblock or a returned one.
 /// Exactly one free wins, the loser gets a typed error naming the frame, and afterwards every
 /// frame is free exactly once.
 #[test]
-fn double_free_into_two_caches() {
-    loom::model(|| {
-        let tiny = leak(Tiny::new(1, 64, &[]));
-        let mem = leak(SparseMem::default());
-        let n0 = NodeId::new(0);
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[n0, n0], PcpConfig { batch: 1, high: 1 }));
-        let before = m.node(n0).expect("node 0").free_pages();
-        for i in 0..2 {
-            let c = m.cpu(i).expect("cpu");
-            let x = m
-                .alloc_cpu(c, Order::ZERO, AllocFlags::empty())
-                .expect("memory");
-            m.free_cpu(c, x, Order::ZERO).expect("own frame");
-        }
-        assert_eq!(m.cached_pages(), 2);
+fn double_free_racing_the_holders_give_back() {
+    model(|| {
+        let tiny = keep(Tiny::new(1, 64, &[]));
+        let mem = keep(SparseMem::default());
+        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0, N0], PcpConfig { batch: 1, high: 2 }));
+        let held = leave_free(&m, N0, 3);
+        let c0 = m.cpu(0).expect("cpu 0");
         let p = m
-            .alloc(n0, Order::ZERO, AllocFlags::THISNODE)
+            .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
             .expect("memory");
+        assert_eq!(m.cached_pages(), 2, "CPU 0 holds the pageblock");
         let steps = Arc::new(Steps::default());
         let other = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 steps.next();
                 m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO)
             })
         };
         steps.next();
-        let mine = m.free_cpu(m.cpu(0).expect("cpu 0"), p, Order::ZERO);
+        let mine = m.free_cpu(c0, p, Order::ZERO);
         let theirs = other.join().expect("thread");
         assert!(
             mine.is_ok() != theirs.is_ok(),
@@ -152,12 +129,107 @@ fn double_free_into_two_caches() {
             "{err:?}"
         );
         m.check_invariants().expect("invariants");
-        m.drain_all();
-        m.check_invariants().expect("invariants");
-        assert_eq!(
-            m.node(n0).expect("node 0").free_pages(),
-            before,
-            "every frame is free exactly once"
-        );
+        for (q, order) in held {
+            m.free(q, order).expect("own block");
+        }
+        assert_all_free(&m);
     });
+}
+
+/// What one hand does to CPU 0's lent pageblock in [`lent_pageblock`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hand {
+    /// CPU 0 frees one of its frames and takes another: its own stack and state bytes, no
+    /// zone lock.
+    Owner,
+    /// CPU 1 frees a frame of it: through the zone lock, into CPU 0's state array, counted
+    /// for CPU 0 to find.
+    Remote,
+    /// A drain takes it back: CPU 0's cache lock, then the zone lock, building the zone's
+    /// planes from the state array.
+    Drain,
+}
+
+/// CPU 0 holds the node's pageblock, with two frames handed out, and `hands` work on it at
+/// once, each on a thread of its own. Every free succeeds wherever the pageblock is by then,
+/// CPU 0's allocation gets a frame of the node, and afterwards every frame is free exactly once.
+fn lent_pageblock(preemptions: usize, hands: &'static [Hand]) {
+    model_up_to(preemptions, move || {
+        let tiny = keep(Tiny::new(1, 64, &[]));
+        let mem = keep(SparseMem::default());
+        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0, N0], PcpConfig::default()));
+        let c0 = m.cpu(0).expect("cpu 0");
+        let [p, q] = [0; 2].map(|_| {
+            m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+                .expect("memory")
+        });
+        let steps = Arc::new(Steps::default());
+        let threads: Vec<_> = hands
+            .iter()
+            .map(|&hand| {
+                let (m, steps) = (m.clone(), steps.clone());
+                spawn(move || {
+                    steps.next();
+                    match hand {
+                        Hand::Owner => {
+                            m.free_cpu(c0, q, Order::ZERO).expect("own frame");
+                            steps.next();
+                            let r = m
+                                .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+                                .expect("memory");
+                            assert_eq!(m.node_of(r), Some(N0));
+                            Some(r)
+                        }
+                        Hand::Remote => {
+                            m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO)
+                                .expect("CPU 0's frame, freed once");
+                            None
+                        }
+                        Hand::Drain => {
+                            m.drain_cpu(c0);
+                            None
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut held: Vec<Pfn> = threads
+            .into_iter()
+            .filter_map(|t| t.join().expect("thread"))
+            .collect();
+        // The frames no hand freed.
+        if !hands.contains(&Hand::Owner) {
+            held.push(q);
+        }
+        if !hands.contains(&Hand::Remote) {
+            held.push(p);
+        }
+        m.check_invariants().expect("invariants");
+        for r in held {
+            m.free_cpu(c0, r, Order::ZERO).expect("own frame");
+        }
+        assert_all_free(&m);
+    });
+}
+
+#[test]
+fn lent_pageblock_owner_and_remote_free() {
+    lent_pageblock(3, &[Hand::Owner, Hand::Remote]);
+}
+
+#[test]
+fn lent_pageblock_remote_free_and_drain() {
+    lent_pageblock(3, &[Hand::Remote, Hand::Drain]);
+}
+
+#[test]
+fn lent_pageblock_owner_and_drain() {
+    lent_pageblock(3, &[Hand::Owner, Hand::Drain]);
+}
+
+/// All three hands at once, at one preemption (878 executions, 2 s): two ran for more than ten
+/// minutes. The models of two hands run at three.
+#[test]
+fn lent_pageblock_in_three_hands() {
+    lent_pageblock(1, &[Hand::Owner, Hand::Remote, Hand::Drain]);
 }

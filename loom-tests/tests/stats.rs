@@ -4,19 +4,19 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, NodeId, Order, PcpConfig};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
 
 #[test]
 fn counters_stay_consistent() {
-    loom::model(|| {
-        let tiny: &'static Tiny = Box::leak(Box::new(Tiny::new(2, 64, &[])));
-        let mem: &'static SparseMem = Box::leak(Box::new(SparseMem::default()));
+    model(|| {
+        let tiny = keep(Tiny::new(2, 64, &[]));
+        let mem = keep(SparseMem::default());
         let cpus = [NodeId::new(0), NodeId::new(1)];
         let m = Arc::new(tiny.boot_with_cpus(mem, &cpus, PcpConfig { batch: 1, high: 1 }));
         let (n0, n1) = (NodeId::new(0), NodeId::new(1));
         let remote = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 // CPU 1 allocates through its cache on node 0's behalf: a hit on node 0 and
                 // other_node there (the CPU is on node 1), counted by CPU 1.
                 let c1 = m.cpu(1).expect("cpu 1");

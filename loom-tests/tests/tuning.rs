@@ -9,60 +9,29 @@
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::{AllocFlags, Machine, NodeId, Order, PcpConfig, Pfn};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Steps, Tiny, assert_all_free, keep, leave_free, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-/// A counter that every thread bumps before each call it races. Loom tries another order of two
-/// threads only where it sees them touch one object, and it misses some of the conflicts inside
-/// these calls (the frame tags are plain atomics to it, and a thread's own read of an atomic
-/// hides another thread's earlier read from its bookkeeping); the shared counter makes it try
-/// every order of the calls themselves.
-#[derive(Debug, Default)]
-struct Steps(AtomicUsize);
-
-impl Steps {
-    fn next(&self) {
-        // Relaxed: the counter orders nothing; only its conflicts matter to loom.
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 fn boot(pcp: PcpConfig) -> Arc<Machine<'static>> {
-    let tiny = leak(Tiny::new(1, 64, &[]));
-    let mem = leak(SparseMem::default());
+    let tiny = keep(Tiny::new(1, 64, &[]));
+    let mem = keep(SparseMem::default());
     Arc::new(tiny.boot_with_cpus(mem, &[N0], pcp))
 }
 
-/// Drains and checks that every frame is free exactly once.
-fn settle(m: &Machine<'_>) {
-    m.drain_all();
-    m.check_invariants().expect("invariants");
-    let node = m.node(N0).expect("node 0");
-    assert_eq!(
-        node.free_pages(),
-        node.managed_pages(),
-        "every frame is back"
-    );
-}
-
-/// CPU 0 allocates (refilling its cache) and frees while caching is turned off. Once
-/// `set_pcp(OFF)` returns no cache holds a frame, and none does after the CPU's remaining
-/// operations either: the free ends in the zone or was drained.
+/// CPU 0 allocates (its zone lends it the node's pageblock, which the default tuning keeps
+/// until it is wholly free) and frees while caching is turned off. Once `set_pcp(OFF)` returns
+/// no cache holds a frame, and none does after the CPU's remaining operations either: the free
+/// ends in the zone or was drained.
 #[test]
 fn turning_caching_off_is_a_barrier() {
-    loom::model(|| {
-        let m = boot(PcpConfig { batch: 2, high: 4 });
+    model(|| {
+        let m = boot(PcpConfig::default());
         let steps = Arc::new(Steps::default());
         let cpu = {
             let (m, steps) = (m.clone(), steps.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let c0 = m.cpu(0).expect("cpu 0");
                 steps.next();
                 let p = m
@@ -84,22 +53,27 @@ fn turning_caching_off_is_a_barrier() {
             .expect("memory");
         m.free_cpu(c0, q, Order::ZERO).expect("own frame");
         assert_eq!(m.cached_pages(), 0, "caching stays off");
-        settle(&m);
+        assert_all_free(&m);
     });
 }
 
 /// CPU 0 reads the tuning, allocates twice and frees twice while the tuning shrinks from
-/// batch 4, high 8 to batch 1, high 1. The CPU reads one tuning or the other, never a mix; once
-/// `set_pcp` returns and at the end, CPU 0's one list holds at most the new `high`.
+/// batch 4, high 8 to batch 1, high 1, in a pageblock with six free frames: under the old
+/// tuning its frees keep the pageblock, under the new one they give it back. The CPU reads one
+/// tuning or the other, never a mix, and at the end its cache holds at most the new `high`:
+/// its last free ran before `set_pcp`'s drain (which emptied the cache) or read the new tuning.
+/// (There is no such bound while the CPU still allocates: a pageblock lent under the new
+/// tuning brings all its free frames, and `high` bounds what frees leave.)
 #[test]
 fn shrinking_the_tuning_holds_once_set() {
-    loom::model(|| {
+    model(|| {
         let old = PcpConfig { batch: 4, high: 8 };
         let new = PcpConfig { batch: 1, high: 1 };
         let m = boot(old);
+        let held = leave_free(&m, N0, 6);
         let cpu = {
             let m = m.clone();
-            loom::thread::spawn(move || {
+            spawn(move || {
                 let seen = m.pcp();
                 assert!(seen == old || seen == new, "torn tuning {seen:?}");
                 let c0 = m.cpu(0).expect("cpu 0");
@@ -115,11 +89,6 @@ fn shrinking_the_tuning_holds_once_set() {
             })
         };
         m.set_pcp(new);
-        assert!(
-            m.cached_pages() <= u64::from(new.high),
-            "{} cached once set_pcp returned",
-            m.cached_pages()
-        );
         cpu.join().expect("cpu");
         assert_eq!(m.pcp(), new);
         assert!(
@@ -127,6 +96,9 @@ fn shrinking_the_tuning_holds_once_set() {
             "{} cached at the end",
             m.cached_pages()
         );
-        settle(&m);
+        for (p, order) in held {
+            m.free(p, order).expect("own block");
+        }
+        assert_all_free(&m);
     });
 }

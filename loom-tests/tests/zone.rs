@@ -3,20 +3,19 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, NodeId, Order};
-use numaframe_loom::{SparseMem, Tiny};
+use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
 
 #[test]
 fn alloc_free_two_threads_one_zone() {
-    loom::model(|| {
-        // loom threads need 'static data: the machine's tables and memory are leaked (a few KiB).
-        let tiny: &'static Tiny = Box::leak(Box::new(Tiny::new(1, 96, &[])));
-        let mem: &'static SparseMem = Box::leak(Box::new(SparseMem::default()));
+    model(|| {
+        let tiny = keep(Tiny::new(1, 96, &[]));
+        let mem = keep(SparseMem::default());
         let m = Arc::new(tiny.boot(mem));
         let free_before = m.node(NodeId::new(0)).expect("node 0").free_pages();
         let handles: Vec<_> = (0..2)
             .map(|i| {
                 let m = m.clone();
-                loom::thread::spawn(move || {
+                spawn(move || {
                     let order = Order::new(i);
                     let p = m
                         .alloc(NodeId::new(0), order, AllocFlags::THISNODE)
