@@ -172,6 +172,26 @@ impl Steps {
     }
 }
 
+/// Runs `theirs` on a new thread and `mine` on this one, each right after bumping a [`Steps`]
+/// counter they share, and returns what `mine` and `theirs` returned, once the thread is
+/// joined.
+pub fn race<M, T>(theirs: impl FnOnce() -> T + Send + 'static, mine: impl FnOnce() -> M) -> (M, T)
+where
+    T: Send + 'static,
+{
+    let steps = loom::sync::Arc::new(Steps::default());
+    let other = {
+        let steps = steps.clone();
+        spawn(move || {
+            steps.next();
+            theirs()
+        })
+    };
+    steps.next();
+    let mine = mine();
+    (mine, other.join().expect("thread"))
+}
+
 /// Physical memory that exists only where the allocator maps it: each mapped range gets its
 /// own page-aligned buffer (the promise of `PhysMemory`), filled with garbage.
 #[derive(Debug, Default)]

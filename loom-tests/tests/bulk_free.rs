@@ -18,7 +18,7 @@ use numaframe::{
     AllocFlags, BulkFreeError, FreeError, Machine, NodeId, Order, PcpConfig, Pfn, PhysRange,
     ZoneKind,
 };
-use numaframe_loom::{SparseMem, Steps, Tiny, assert_all_free, keep, model, spawn};
+use numaframe_loom::{SparseMem, Tiny, assert_all_free, keep, model, race};
 
 const N0: NodeId = NodeId::new(0);
 
@@ -70,17 +70,13 @@ fn settle(m: &Machine<'_>, held: &[Pfn]) {
 fn bulk_against_single(from: From, single: fn(&Machine<'_>, Pfn) -> Result<(), FreeError>) {
     model(move || {
         let (m, [a, b, c]) = setup(from);
-        let steps = Arc::new(Steps::default());
-        let other = {
-            let (m, steps) = (m.clone(), steps.clone());
-            spawn(move || {
-                steps.next();
-                single(&m, b)
-            })
-        };
-        steps.next();
-        let bulk = m.free_bulk(&[a, b]);
-        let single = other.join().expect("thread");
+        let (bulk, single) = race(
+            {
+                let m = m.clone();
+                move || single(&m, b)
+            },
+            || m.free_bulk(&[a, b]),
+        );
         match (bulk, single) {
             (Ok(()), Err(e)) => {
                 assert!(lost(e, b), "{e:?}");
@@ -133,17 +129,13 @@ fn bulk_claim_of_lent_frames_races_the_holders_free() {
 fn two_bulks_share_a_frame(from: From) {
     model(move || {
         let (m, [a, b, c]) = setup(from);
-        let steps = Arc::new(Steps::default());
-        let other = {
-            let (m, steps) = (m.clone(), steps.clone());
-            spawn(move || {
-                steps.next();
-                m.free_bulk(&[b, c])
-            })
-        };
-        steps.next();
-        let mine = m.free_bulk(&[a, b]);
-        let theirs = other.join().expect("thread");
+        let (mine, theirs) = race(
+            {
+                let m = m.clone();
+                move || m.free_bulk(&[b, c])
+            },
+            || m.free_bulk(&[a, b]),
+        );
         let (error, held) = match (mine, theirs) {
             (Ok(()), Err(BulkFreeError { index: 0, error })) => (error, c),
             (Err(BulkFreeError { index: 1, error }), Ok(())) => (error, a),
@@ -184,17 +176,13 @@ fn bulk_across_zones_against_a_plain_free(shared_in_normal: bool) {
             (ZoneKind::Dma32, ZoneKind::Normal)
         );
         let (shared, other) = if shared_in_normal { (b, a) } else { (a, b) };
-        let steps = Arc::new(Steps::default());
-        let single = {
-            let (m, steps) = (m.clone(), steps.clone());
-            spawn(move || {
-                steps.next();
-                m.free(shared, Order::ZERO)
-            })
-        };
-        steps.next();
-        let bulk = m.free_bulk(&[b, a]);
-        let single = single.join().expect("thread");
+        let (bulk, single) = race(
+            {
+                let m = m.clone();
+                move || m.free(shared, Order::ZERO)
+            },
+            || m.free_bulk(&[b, a]),
+        );
         let index = if shared_in_normal { 0 } else { 1 };
         match (bulk, single) {
             (Ok(()), Err(e)) => assert!(lost(e, shared), "{e:?}"),
