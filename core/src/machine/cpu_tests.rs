@@ -262,3 +262,25 @@ fn hopeless_walks_leave_caches_alone() {
     m.free_cpu(c0, p, Order::ZERO).unwrap();
     m.check_invariants().unwrap();
 }
+
+#[test]
+fn a_free_of_another_spans_frame_in_a_lent_pageblock_goes_to_its_own_zone() {
+    // Two nodes of 64 frames back to back share the pageblock [0, 512). Once CPU 0 is lent
+    // node 0's part of it, a per-CPU free of a node-1 frame of the same pageblock must reach
+    // node 1 (it was taken for the CPU's own and refused as foreign).
+    let spec = Spec::uniform(2, 64, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let c0 = m.cpu(0).unwrap();
+    let mine = m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap();
+    assert_eq!(m.node_of(mine), Some(n(0)));
+    let other = m.alloc(n(1), Order::ZERO, AllocFlags::THISNODE).unwrap();
+    assert_eq!(m.node_of(other), Some(n(1)));
+    assert_eq!(mine.get() >> 9, other.get() >> 9, "one pageblock");
+    let free1 = m.node(n(1)).unwrap().free_pages();
+    assert_eq!(m.free_cpu(c0, other, Order::ZERO), Ok(()));
+    assert_eq!(m.node(n(1)).unwrap().free_pages(), free1 + 1);
+    m.free_cpu(c0, mine, Order::ZERO).unwrap();
+    m.drain_all();
+    m.check_invariants().unwrap();
+}
