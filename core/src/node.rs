@@ -330,7 +330,7 @@ impl Zone {
         &self,
         class: Class,
         mark: Mark,
-        min_free: u32,
+        (min_free, lend_min): (u32, u16),
         (cpu, slot): (u32, u8),
         zero: bool,
         take: impl FnOnce(&Lent),
@@ -343,7 +343,7 @@ impl Zone {
             let take = &mut take;
             Ok(z.area.lend(
                 class,
-                min_free.min(u32::from(u16::MAX)) as u16,
+                (min_free.min(u32::from(u16::MAX)) as u16, lend_min),
                 cpu,
                 slot,
                 zero,

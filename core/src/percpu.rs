@@ -27,7 +27,7 @@ use core::fmt;
 
 use crate::addr::{Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
-use crate::buddy::{Got, HotFrames, Lent};
+use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
 use crate::error::{FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
 use crate::node::{Mark, Node, Refused, Zone, ZoneKind};
@@ -517,10 +517,15 @@ impl<'a> Caches<'a> {
                 Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
                 let slot = &mut c.slots[i];
                 let states = &pc.states[i];
-                let direct =
-                    zone.lend(class, mark, config.batch, (cpu.0, i as u8), zero, |lent| {
-                        take_in(slot, states, lent, key)
-                    })?;
+                let lend_min = LEND_MIN.min(config.high.min(u32::from(u16::MAX)) as u16);
+                let direct = zone.lend(
+                    class,
+                    mark,
+                    (config.batch, lend_min),
+                    (cpu.0, i as u8),
+                    zero,
+                    |lent| take_in(slot, states, lent, key),
+                )?;
                 match direct {
                     Some(got) => got,
                     None => {

@@ -59,8 +59,9 @@ pub(crate) trait HotFrames {
     fn unclaim(&self, cpu: u32, slot: u8, off: usize);
 }
 
-/// The fewest free frames a pageblock must have to be lent to a CPU.
-pub(crate) const LEND_MIN: usize = 16;
+/// The fewest free frames a pageblock must have to be lent to a CPU whose cache may hold that
+/// many (`PcpConfig::high`); with a smaller `high`, `high` frames.
+pub(crate) const LEND_MIN: u16 = 16;
 
 impl FreeArea {
     /// Lends `cpu`'s `slot` the fullest split pageblock of `class` with at least `min_free`
@@ -68,14 +69,14 @@ impl FreeArea {
     /// split), and runs `take` with it before anyone can see it lent: its free frames leave the
     /// zone's count until it comes back.
     ///
-    /// A pageblock with fewer than [`LEND_MIN`] free frames is not worth lending (building and
+    /// A pageblock with fewer than `lend_min` free frames is not worth lending (building and
     /// reading back its state array costs more than its frames save): one frame is taken from
     /// it directly and returned instead (a clean one if `zero` and it has one), and nothing is
     /// lent.
     pub(crate) fn lend(
         &mut self,
         class: Class,
-        min_free: u16,
+        (min_free, lend_min): (u16, u16),
         cpu: u32,
         slot: u8,
         zero: bool,
@@ -86,7 +87,7 @@ impl FreeArea {
             None => self.pick(0, class)?,
         };
         let h = self.meta.pb(r).ok_or(NoBlock::Empty)?;
-        if usize::from(h.free) < LEND_MIN {
+        if h.free < lend_min {
             return Ok(Some(self.take_from(r, 0, zero)));
         }
         let (lo, hi) = self

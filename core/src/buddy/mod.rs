@@ -19,7 +19,7 @@ mod small;
 
 pub use check::{PageblockCounts, PageblockInfo, PageblockKind};
 pub(crate) use dirty::Got;
-pub(crate) use hot::{HotFrames, Lent};
+pub(crate) use hot::{HotFrames, LEND_MIN, Lent};
 
 use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
@@ -100,8 +100,10 @@ pub(crate) struct FreeArea {
     slab_pb: Option<PbRef>,
     slab_next: u16,
     pool_left: u64,
-    /// A slab is on its way into the pool (handed out by [`FreeArea::alloc_slab`], not yet
-    /// added): one grows the pool at a time, so racing CPUs do not take a slab each.
+    /// A slab or a hosted section is on its way into the pool (handed out by
+    /// [`FreeArea::alloc_slab`] or [`FreeArea::section_for_array`], not yet added): while it is,
+    /// no other CPU hosts a section, so racing CPUs do not each spend a section's first
+    /// pageblock on arrays.
     pub(crate) growing: bool,
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
@@ -187,10 +189,10 @@ impl FreeArea {
     /// range), from the zone's pool pageblock: a pageblock the pool keeps for itself, whose
     /// frames all read as allocated and which refuses every free (`flag::POOL`), so no caller
     /// can free the pool's memory. When it has no room left, a free pageblock becomes the next
-    /// one (the claim may use the pool's reserve). `None` when no slab is needed now: another
-    /// CPU's slab is on its way, or the pool is no longer low.
+    /// one (the claim may use the pool's reserve). `None` when the pool is no longer low (another
+    /// CPU grew it meanwhile).
     pub(crate) fn alloc_slab(&mut self, what: Short) -> Result<Option<Pfn>, NoBlock> {
-        if self.growing || !self.meta.pool.low(what) {
+        if !self.meta.pool.low(what) {
             return Ok(None);
         }
         let len = crate::meta::Pool::slab_frames(what).next_power_of_two() as usize;

@@ -140,12 +140,8 @@ impl<'a> Machine<'a> {
             let frames = Pool::slab_frames(what).next_power_of_two();
             let pfn = match zone.alloc_slab(what) {
                 Ok(Some(pfn)) => pfn,
-                // Another CPU's slab is on its way: wait for it (it holds no lock while it
-                // maps), then look again.
-                Ok(None) => {
-                    crate::sync::spin_loop();
-                    continue;
-                }
+                // Another CPU grew the pool meanwhile.
+                Ok(None) => continue,
                 // A new pool pageblock needs a section split, which needs an array first.
                 Err(Refused::Meta(Short::Arrays)) if what != Short::Arrays => {
                     if !self.grow(zone, Short::Arrays) {
