@@ -35,6 +35,9 @@ pub(crate) const PB_SHIFT: u32 = 9;
 pub(crate) const SECTION_SHIFT: u32 = 18;
 /// Pageblocks in a whole section.
 pub(crate) const PBS_PER_SECTION: usize = 1 << (SECTION_SHIFT - PB_SHIFT);
+/// log2 of the frames one span may hold less than (256 TiB): its pageblock indices and list
+/// links are `u32`s, with room left for the `NIL` link.
+pub(crate) const SPAN_LIMIT_SHIFT: u32 = 36;
 /// "No entry" in a list link.
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -470,6 +473,16 @@ impl SpanMeta {
         let first = self.range.start().get() >> PB_SHIFT;
         let sec = (self.range.start().get() >> SECTION_SHIFT) + u64::from(s);
         ((sec << (SECTION_SHIFT - PB_SHIFT)).max(first) - first) as u32
+    }
+
+    /// The pageblocks of section `s`, as indices in the span.
+    pub(crate) fn section_pbs(&self, s: u32) -> core::ops::Range<u32> {
+        let last = if s + 1 == self.sections() {
+            self.pageblocks()
+        } else {
+            self.first_pb(s + 1)
+        };
+        self.first_pb(s)..last
     }
 
     /// The pageblock holding `pfn` (a frame of the span).

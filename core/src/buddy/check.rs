@@ -60,13 +60,7 @@ impl FreeArea {
                     span: slot,
                     index: s,
                 });
-                let first = span.first_pb(s);
-                let last = if s + 1 == span.sections() {
-                    span.pageblocks()
-                } else {
-                    span.first_pb(s + 1)
-                };
-                for pb in first..last {
+                for pb in span.section_pbs(s) {
                     let pfn = span.pb_base(pb);
                     let whole = |kind| PageblockInfo { pfn, kind, free: 0 };
                     let info = match sec.map(|x| x.state) {
@@ -174,12 +168,7 @@ impl FreeArea {
                 }
                 let listed = found.iter().sum::<u64>() - before;
                 let split = if x.state == SectionState::Split {
-                    let last = if index + 1 == span.sections() {
-                        span.pageblocks()
-                    } else {
-                        span.first_pb(index + 1)
-                    };
-                    (span.first_pb(index)..last)
+                    span.section_pbs(index)
                         .filter(|&i| {
                             let h = self.meta.pb(PbRef {
                                 span: slot,
@@ -297,13 +286,8 @@ impl FreeArea {
                         dirty += super::dirty::section_frames_dirty(&x);
                     }
                     Some(x) if x.state == SectionState::Split => {
-                        let first = span.first_pb(s);
-                        let last = if s + 1 == span.sections() {
-                            span.pageblocks()
-                        } else {
-                            span.first_pb(s + 1)
-                        };
-                        dirty += (first..last)
+                        dirty += span
+                            .section_pbs(s)
                             .map(|pb| {
                                 self.pb_dirty(PbRef {
                                     span: slot,

@@ -332,7 +332,7 @@ impl FreeArea {
     /// addressable in list links.
     pub(crate) fn can_add(&self, range: PhysRange) -> bool {
         self.meta.spans().count() < crate::meta::MAX_SPANS_PER_ZONE
-            && range.frames() >> PB_SHIFT < 1 << 27
+            && range.frames() < 1 << crate::meta::SPAN_LIMIT_SHIFT
     }
 
     /// Adds a span and frees all its frames, dirty unless `zeroed`: whole sections as 1 GiB
@@ -368,13 +368,7 @@ impl FreeArea {
                 }
                 continue;
             }
-            let first = span.first_pb(s);
-            let last = if s + 1 == span.sections() {
-                span.pageblocks()
-            } else {
-                span.first_pb(s + 1)
-            };
-            for pb in first..last {
+            for pb in span.section_pbs(s) {
                 let r = PbRef {
                     span: slot,
                     index: pb,

@@ -140,13 +140,7 @@ impl FreeArea {
             }
             SectionState::Split => {
                 let span = *self.meta.span(s.span)?;
-                let first = span.first_pb(s.index);
-                let last = if s.index + 1 == span.sections() {
-                    span.pageblocks()
-                } else {
-                    span.first_pb(s.index + 1)
-                };
-                (first..last).find_map(|pb| {
+                span.section_pbs(s.index).find_map(|pb| {
                     let r = PbRef {
                         span: s.span,
                         index: pb,

@@ -14,7 +14,10 @@ use super::{Big, FreeArea, NoBlock, PLAIN, SMALL};
 use crate::addr::{Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::FreeError;
-use crate::meta::{Class, NIL, Need, PB_SHIFT, PbRef, PbState, Short, SpanMeta, Use, Which, flag};
+use crate::meta::{
+    Class, NIL, Need, PB_SHIFT, PbRef, PbState, SecRef, SectionState, Short, SpanMeta, Use, Which,
+    flag,
+};
 
 /// How many candidates an order-1..=8 request looks at before it takes a free pageblock.
 const RUN_CANDIDATES: usize = 16;
@@ -652,16 +655,27 @@ impl FreeArea {
     /// Calls `f(pageblock, header, allocation plane)` for every split (not hot) pageblock.
     pub(super) fn for_each_split(&self, mut f: impl FnMut(PbRef, crate::meta::PbHeader, Plane)) {
         for (slot, span) in self.meta.spans() {
-            for pb in 0..span.pageblocks() {
-                let r = PbRef {
+            for s in 0..span.sections() {
+                let sec = SecRef {
                     span: slot,
-                    index: pb,
+                    index: s,
                 };
-                if let Some(h) = self.meta.pb(r)
-                    && h.state == PbState::Split
-                    && let Some(alloc) = self.meta.plane(r, Which::Alloc)
-                {
-                    f(r, h, alloc);
+                // Only a split section holds split pageblocks: the others have no pageblock
+                // array to look at, and a 256 TiB span has 2^27 pageblocks.
+                if self.meta.section(sec).map(|x| x.state) != Some(SectionState::Split) {
+                    continue;
+                }
+                for pb in span.section_pbs(s) {
+                    let r = PbRef {
+                        span: slot,
+                        index: pb,
+                    };
+                    if let Some(h) = self.meta.pb(r)
+                        && h.state == PbState::Split
+                        && let Some(alloc) = self.meta.plane(r, Which::Alloc)
+                    {
+                        f(r, h, alloc);
+                    }
                 }
             }
         }
