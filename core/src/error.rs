@@ -38,7 +38,7 @@ pub enum BootError {
         /// First frame of the offending range.
         start: Pfn,
     },
-    /// A range is empty or too large (a zone may span at most 2^32 frames, 16 TiB).
+    /// A range is empty, ends past 2^52 frames, or holds 2^36 frames (256 TiB) or more.
     BadRange {
         /// First frame of the offending range.
         start: Pfn,
@@ -66,7 +66,7 @@ impl_error!(
         BootError::Overlap { start } => write!(f, "memory range at pfn {start} overlaps another"),
         BootError::BadRange { start } => write!(
             f,
-            "memory range at pfn {start} is empty or spans more than 2^32 frames"
+            "memory range at pfn {start} is empty, ends past 2^52 frames or spans 2^36 frames or more"
         ),
         BootError::TooManyRanges => write!(f, "too many memory ranges"),
         BootError::MapFailed { start } =>

@@ -9,9 +9,12 @@ use std::thread;
 use std::time::Duration;
 
 use numaframe::zonelist::FallbackOptions;
-use numaframe::{AllocFlags, BootOptions, Machine, NodeId, Order, Pfn, PhysMemory, PhysRange};
+use numaframe::{
+    AllocFlags, BootError, BootOptions, Machine, NodeId, Order, Pfn, PhysMemory, PhysRange,
+    ZoneKind,
+};
 use numaframe_hosted::sim::SimMemory;
-use numaframe_testkit::Spec;
+use numaframe_testkit::{SparseMem, Spec, memory_range};
 
 /// Far beyond any hot-add's cost: a hot-add that takes this long is stuck, not slow.
 const STUCK: Duration = Duration::from_secs(20);
@@ -141,5 +144,49 @@ fn hot_add_finishes_while_threads_allocate() {
         w.join().unwrap();
     }
     m.drain_all();
+    m.check_invariants().unwrap();
+}
+
+/// The largest span there is: a hot-add of 256 TiB less one frame joins, its blocks add up in
+/// buddyinfo and the invariant walk, and one frame more is refused. Over sparse memory, only
+/// the metadata the machine writes is ever backed.
+#[test]
+fn a_span_holds_up_to_one_frame_less_than_256_tib() {
+    const LIMIT: u64 = 1 << 36;
+    let g = 1 << 18;
+    let spec = Spec::with_hot_add_target(vec![
+        memory_range(0, g, 2 * g),
+        memory_range(1, 2 * g, 3 * g),
+    ]);
+    let mem = SparseMem::new(0xa5);
+    let m = spec.boot_with(&mem, spec.options());
+    let start = 1 << 40;
+    let opts = FallbackOptions::default();
+    let before = m.node(n(2)).unwrap().free_pages();
+    assert_eq!(
+        m.hot_add(&mem, n(2), range(start, LIMIT), opts),
+        Err(BootError::BadRange {
+            start: Pfn::new(start)
+        })
+    );
+    assert_eq!(m.node(n(2)).unwrap().free_pages(), before);
+    m.hot_add(&mem, n(2), range(start, LIMIT - 1), opts)
+        .unwrap();
+    m.check_invariants().unwrap();
+    let zone = m.node(n(2)).unwrap().zone(ZoneKind::Normal);
+    let listed: u64 = zone
+        .buddyinfo()
+        .iter()
+        .enumerate()
+        .map(|(k, &blocks)| blocks << k)
+        .sum();
+    assert_eq!(listed, zone.counters().free);
+    assert!(
+        listed > LIMIT - (1 << 16),
+        "the span's frames less its metadata are free"
+    );
+    let got = m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).unwrap();
+    m.check_invariants().unwrap();
+    m.free(got, Order::ZERO).unwrap();
     m.check_invariants().unwrap();
 }

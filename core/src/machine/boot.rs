@@ -9,7 +9,7 @@ use super::{BootOptions, Machine, MemoryRange};
 use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
 use crate::error::BootError;
 use crate::interleave::Weights;
-use crate::meta::region_bytes_bound;
+use crate::meta::{SPAN_LIMIT_SHIFT, region_bytes_bound};
 use crate::node::{DMA32_END, Node, ZoneKind};
 use crate::percpu::{Caches, EventLines, PerCpu, SLOTS, SlotStates, lines_for};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
@@ -26,7 +26,8 @@ pub(super) struct Piece {
     pub(super) whole: PhysRange,
 }
 
-/// Splits `range` at 4 GiB and reserves each part's metadata from its own end.
+/// Splits `range` at 4 GiB and reserves each part's metadata from its own end; a part of
+/// 2^36 frames or more is refused (`BadRange`).
 pub(super) fn pieces(
     node: NodeId,
     range: PhysRange,
@@ -40,6 +41,9 @@ pub(super) fn pieces(
         let bad = BootError::BadRange {
             start: part.start(),
         };
+        if part.frames() >= 1 << SPAN_LIMIT_SHIFT {
+            return Err(bad);
+        }
         let meta_frames = region_bytes_bound(part).div_ceil(PAGE_SIZE);
         let meta = tail(part, meta_frames).ok_or(bad)?;
         let usable = part.split_at(meta.start()).0;
