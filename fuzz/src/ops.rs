@@ -40,6 +40,13 @@ const DMA32_END: u64 = 1 << 20;
 const PFN_LIMIT: u64 = 1 << 52;
 /// Most operations one input runs.
 const MAX_OPS: usize = 256;
+/// Most frames the hot-adds of one input may add (64 TiB, 2^16 sections). The invariant walk
+/// after every operation visits every section, so an input that hot-added more could outlive
+/// libFuzzer's timeout; a hot-add that would pass this is skipped, unless it is too large for
+/// any span (2^36 frames or more) and so is refused without cost.
+const HOT_ADD_BUDGET: u64 = 1 << 34;
+/// The frames a span must hold fewer of.
+const SPAN_LIMIT: u64 = 1 << 36;
 
 /// The machine shapes an input can pick, as `(node, start, frames)` ranges.
 const SHAPES: [&[(usize, u64, u64)]; 3] = [
@@ -282,6 +289,15 @@ pub fn run_input(input: &Input) {
     h.teardown();
 }
 
+/// Whether `range` has a part, below or above 4 GiB, too large for any span.
+fn too_large(range: PhysRange) -> bool {
+    let above = range
+        .end()
+        .get()
+        .saturating_sub(range.start().get().max(DMA32_END));
+    above >= SPAN_LIMIT
+}
+
 struct Harness<'m, 'a> {
     m: &'m Machine<'a>,
     mem: &'a SparseMem,
@@ -290,6 +306,8 @@ struct Harness<'m, 'a> {
     freed: Vec<(Pfn, Order, Kind)>,
     /// Every range given to the machine, at boot or by a successful hot-add.
     present: Vec<PhysRange>,
+    /// Frames the successful hot-adds added.
+    hot_added: u64,
     /// Interesting frame numbers for raw frees and hot-adds.
     anchors: Vec<u64>,
     /// Per zone: the buddyinfo when everything is free (boot, plus what hot-adds added).
@@ -318,6 +336,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             model: BTreeMap::new(),
             freed: Vec::new(),
             present,
+            hot_added: 0,
             anchors,
             full: boot.zones.iter().map(|z| z.buddyinfo).collect(),
             cpus,
@@ -681,6 +700,9 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let frames = u64::from(len) << (scale % 24);
                 let range = PhysRange::new(Pfn::new(start), Pfn::new(start.saturating_add(frames)))
                     .expect("end >= start");
+                if !too_large(range) && self.hot_added + range.frames() > HOT_ADD_BUDGET {
+                    return;
+                }
                 let opts = FallbackOptions {
                     linux_boot_order: boot_order,
                 };
@@ -910,6 +932,11 @@ impl<'m, 'a> Harness<'m, 'a> {
                 }),
                 "{range:?}"
             );
+        } else if too_large(range) {
+            assert!(
+                result.is_err(),
+                "hot-add of {range:?} is too large for a span"
+            );
         } else if overlaps {
             assert!(
                 result.is_err(),
@@ -941,6 +968,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             }
         }
         self.present.push(range);
+        self.hot_added += range.frames();
         self.anchors.push(range.start().get());
         self.anchors.push(range.end().get());
     }
