@@ -285,56 +285,50 @@ impl FreeArea {
         if min_free <= 1 {
             return None;
         }
-        let mut from = min_free.min(FRAMES - 1);
-        while let Some(b) = self.buckets[class.index()].nonempty.next_set(from) {
-            let mut cur = self.buckets[class.index()].heads[b];
-            while let Some(r) = PbRef::unpack(cur) {
-                let h = self.meta.pb(r)?;
-                cur = h.next;
-                if usize::from(h.free) != b {
-                    self.bucket_remove(r);
-                    self.bucket_insert(r, class);
-                    continue;
-                }
-                self.bucket_remove(r);
-                return Some(r);
-            }
-            from = b + 1;
-        }
-        None
+        let r = self.fullest(class, min_free.min(FRAMES - 1), |_, _| Some(true))?;
+        self.bucket_remove(r);
+        Some(r)
     }
 
-    /// The fullest pageblock of `class`'s buckets that can serve `order`, moving the pageblocks
-    /// it finds out of date to the buckets they belong in.
+    /// The fullest pageblock of `class`'s buckets that can serve `order`, still in its bucket;
+    /// gives up after [`RUN_CANDIDATES`] pageblocks with enough free frames but no free run.
     fn pick_bucket(&mut self, order: u8, class: Class) -> Option<PbRef> {
-        let need = 1usize << order;
         let mut looked = 0;
-        let mut from = need;
-        while let Some(b) = self.buckets[class.index()].nonempty.next_set(from) {
-            let mut cur = self.buckets[class.index()].heads[b];
-            while let Some(r) = PbRef::unpack(cur) {
-                let h = self.meta.pb(r)?;
-                cur = h.next;
-                if usize::from(h.free) != b {
-                    // Frees since it was put here: move it to where it belongs.
-                    self.bucket_remove(r);
-                    self.bucket_insert(r, class);
-                    continue;
-                }
-                if order == 0 {
-                    return Some(r);
-                }
-                let fits = self
+        self.fullest(class, 1usize << order, |area, r| {
+            let fits = order == 0
+                || area
                     .meta
                     .plane(r, Which::Alloc)
                     .and_then(|p| p.find_clear_run(order))
                     .is_some();
-                if fits {
-                    return Some(r);
+            looked += 1;
+            (fits || looked < RUN_CANDIDATES).then_some(fits)
+        })
+    }
+
+    /// Walks `class`'s buckets from `from` free frames up, fullest first, and returns the first
+    /// pageblock `accept` takes (`Some(true)`), still in its bucket; `accept` stops the walk with
+    /// `None`. Pageblocks found out of date (frees since they were bucketed) move to the buckets
+    /// they belong in on the way.
+    fn fullest(
+        &mut self,
+        class: Class,
+        from: usize,
+        mut accept: impl FnMut(&Self, PbRef) -> Option<bool>,
+    ) -> Option<PbRef> {
+        let mut from = from;
+        while let Some(b) = self.buckets[class.index()].nonempty.next_set(from) {
+            let mut cur = self.buckets[class.index()].heads[b];
+            while let Some(r) = PbRef::unpack(cur) {
+                let h = self.meta.pb(r)?;
+                cur = h.next;
+                if usize::from(h.free) != b {
+                    self.bucket_remove(r);
+                    self.bucket_insert(r, class);
+                    continue;
                 }
-                looked += 1;
-                if looked == RUN_CANDIDATES {
-                    return None;
+                if accept(self, r)? {
+                    return Some(r);
                 }
             }
             from = b + 1;
