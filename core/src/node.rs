@@ -567,22 +567,17 @@ impl<'m> ZoneSet<'m> {
 
     /// Reverses [`ZoneSet::take`] of `pfn` in zone `i`.
     pub(crate) fn undo(&mut self, i: usize, pfn: Pfn, hot: &dyn HotFrames) {
-        let Some(z) = self.0.get(i) else {
-            return;
-        };
-        let a = &mut z.area;
-        match a.find(pfn, Order::ZERO) {
-            Ok(Found::Hot { r, off }) => {
-                if let Some((cpu, slot)) = a.holder(r) {
-                    hot.unclaim(cpu, slot, off);
-                }
-            }
-            _ => a.bulk_undo(pfn),
-        }
+        self.end_take(i, pfn, hot, false);
     }
 
     /// Completes [`ZoneSet::take`] of `pfn` in zone `i`.
     pub(crate) fn finish(&mut self, i: usize, pfn: Pfn, hot: &dyn HotFrames) {
+        self.end_take(i, pfn, hot, true);
+    }
+
+    /// Ends [`ZoneSet::take`] of `pfn` in zone `i`: completes it if `keep`, else undoes it. A
+    /// frame of a lent pageblock goes through its CPU's claim, any other through the zone.
+    fn end_take(&mut self, i: usize, pfn: Pfn, hot: &dyn HotFrames, keep: bool) {
         let Some(z) = self.0.get(i) else {
             return;
         };
@@ -590,10 +585,15 @@ impl<'m> ZoneSet<'m> {
         match a.find(pfn, Order::ZERO) {
             Ok(Found::Hot { r, off }) => {
                 if let Some((cpu, slot)) = a.holder(r) {
-                    hot.commit(cpu, slot, off);
+                    if keep {
+                        hot.commit(cpu, slot, off);
+                    } else {
+                        hot.unclaim(cpu, slot, off);
+                    }
                 }
             }
-            _ => a.resettle(pfn),
+            _ if keep => a.resettle(pfn),
+            _ => a.bulk_undo(pfn),
         }
     }
 }
