@@ -13,6 +13,11 @@ fn n(i: usize) -> NodeId {
     NodeId::new(i)
 }
 
+/// Takes every frame node 0 hands out, one order-0 allocation at a time.
+fn fill(m: &Machine<'_>) -> Vec<Pfn> {
+    core::iter::from_fn(|| m.alloc(n(0), Order::ZERO, AllocFlags::empty())).collect()
+}
+
 /// Frames the test holds, by pageblock (frame >> 9).
 fn by_pageblock(held: &[Pfn]) -> BTreeMap<u64, usize> {
     let mut m = BTreeMap::new();
@@ -47,10 +52,7 @@ fn order_zero_goes_to_the_fullest_pageblock_with_room() {
     let m = spec.boot(&mem);
     // The frames the allocator keeps for itself are busy too: learn them by taking every free
     // frame once (the pool does not grow for eight pageblocks after that).
-    let mut all = Vec::new();
-    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
-        all.push(p);
-    }
+    let all = fill(&m);
     let mut kept = by_pageblock(&[]);
     for pb in 0..8u64 {
         let mine = all.iter().filter(|p| p.get() >> 9 == pb).count();
@@ -101,10 +103,7 @@ fn every_fully_free_aligned_block_can_be_allocated() {
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
     let range = spec.ranges[0].range;
-    let mut held: Vec<Pfn> = Vec::new();
-    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
-        held.push(p);
-    }
+    let mut held = fill(&m);
     let mut rng = Rng::new(0x9e37_79b9);
     for _ in 0..held.len() / 2 {
         let i = rng.index(held.len());
@@ -319,11 +318,7 @@ fn the_metadata_pool_pins_few_pageblocks() {
     let spec = Spec::uniform(1, 2 * g, 4 * g);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
-    let mut held = Vec::new();
-    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
-        held.push(p);
-    }
-    for p in held {
+    for p in fill(&m) {
         m.free(p, Order::ZERO).unwrap();
     }
     m.check_invariants().unwrap();
@@ -349,10 +344,7 @@ fn the_metadata_pools_frames_cannot_be_freed() {
     let spec = Spec::uniform(1, g, 4 * g);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
-    let mut held = std::collections::BTreeSet::new();
-    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
-        held.insert(p.get());
-    }
+    let held: std::collections::BTreeSet<u64> = fill(&m).iter().map(|p| p.get()).collect();
     let kept: Vec<u64> = (4 * g..5 * g).filter(|p| !held.contains(p)).collect();
     assert!(
         !kept.is_empty() && kept.len() < 1024,
