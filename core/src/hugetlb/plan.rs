@@ -197,6 +197,7 @@ mod tests {
     use HugeSize::{Size1G, Size2M};
 
     #[test]
+    #[cfg_attr(miri, ignore = "boots dozens of machines")]
     fn balanced_spreads_round_robin_from_the_lowest_node() {
         // Four nodes of 16 MiB hold 7 aligned 2 MiB blocks each (metadata takes the rest).
         let spec = spec(&[4096, 4096, 4096, 4096]);

@@ -109,6 +109,10 @@ for_many_machines!(bulk_round_trip, |m| {
 });
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "walk logic over many allocations: the other machine tests take Miri through its unsafe code"
+)]
 fn fallback_counts_numastat() {
     let spec = Spec::uniform(2, 512, 0);
     let mem = SparseMem::default();
@@ -251,6 +255,10 @@ fn huge_pools_reserve_hand_out_and_refuse_misuse() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "walk logic over many allocations: the other machine tests take Miri through its unsafe code"
+)]
 fn hint_skips_exhausted_prefix_but_never_fails_a_full_walk() {
     let spec = Spec::uniform(4, 600, 0);
     let mem = SparseMem::default();
