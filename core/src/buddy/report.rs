@@ -129,15 +129,16 @@ impl FreeArea {
         for (slot, sections) in spans.into_iter().flatten() {
             for index in 0..sections {
                 if at >= from {
-                    if n == out.len() {
-                        return (n, at);
-                    }
                     n += self.report_section(
                         SecRef { span: slot, index },
                         order,
                         keep,
                         &mut out[n..],
                     );
+                    if n == out.len() {
+                        // The section may hold more: the next batch starts with it.
+                        return (n, at);
+                    }
                 }
                 at += 1;
             }
