@@ -71,8 +71,9 @@ pub struct ZoneCounters {
     /// has left to do.
     pub dirty: u64,
     /// Free pages in blocks reported to the host since they last became free (see
-    /// [`Machine::report`](crate::Machine::report)); they are clean. `free - reported` is
-    /// what a report has left to hand over, below 2 MiB blocks included.
+    /// [`Machine::report`](crate::Machine::report)); they are clean. The other free pages
+    /// (`free - reported`) include those outside free blocks of 2 MiB, which are never
+    /// reported.
     pub reported: u64,
 }
 
