@@ -260,6 +260,15 @@ pub enum InvariantError {
         /// What the headers and planes mark dirty.
         marked: u64,
     },
+    /// A zone's count of reported free frames disagrees with the marks on its free blocks.
+    Reported {
+        /// Node of the zone.
+        node: NodeId,
+        /// The zone's count.
+        counted: u64,
+        /// What the marks on its free blocks add up to.
+        marked: u64,
+    },
     /// A section's count of free pageblocks disagrees with its lists or its bucket.
     Section {
         /// The section's first frame (in its span).
@@ -285,6 +294,14 @@ impl_error!(
             f,
             "node {node} counts {counted} dirty free frames, its metadata marks {marked}"
         ),
+        InvariantError::Reported {
+            node,
+            counted,
+            marked,
+        } => write!(
+            f,
+            "node {node} counts {counted} reported free frames, its free blocks' marks {marked}"
+        ),
         InvariantError::Counter { node } =>
             write!(f, "counters of node {node} disagree with its lists"),
         InvariantError::Pageblock { pfn } => write!(
@@ -294,6 +311,47 @@ impl_error!(
         InvariantError::Section { pfn } => write!(
             f,
             "section at pfn {pfn} disagrees with its free lists or its bucket"
+        ),
+    }
+);
+
+/// [`Machine::report`](crate::Machine::report) was called wrongly; nothing was reported or
+/// changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ReportError {
+    /// The node is not in the machine.
+    UnknownNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// Reporting works on whole pageblocks: the order must be at least 9 (2 MiB).
+    BadOrder {
+        /// The order asked for.
+        order: Order,
+    },
+    /// A batch holds 1 to [`REPORT_CAPACITY`](crate::machine::REPORT_CAPACITY) blocks.
+    BadCapacity {
+        /// The capacity asked for.
+        capacity: usize,
+    },
+}
+
+impl_error!(
+    ReportError,
+    self,
+    f,
+    match *self {
+        ReportError::UnknownNode { node } => write!(f, "node {node} is not in the machine"),
+        ReportError::BadOrder { order } => write!(
+            f,
+            "cannot report blocks of order {order}: the least is 9 (2 MiB)"
+        ),
+        ReportError::BadCapacity { capacity } => write!(
+            f,
+            "a report batch holds 1 to {} blocks, not {capacity}",
+            crate::machine::REPORT_CAPACITY
         ),
     }
 );

@@ -89,12 +89,12 @@ pub use addr::{HugeSize, MAX_ORDER, Order, PAGE_SIZE, Pfn, PhysAddr, PhysRange};
 pub use buddy::{PageblockCounts, PageblockInfo, PageblockKind};
 pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
-pub use machine::{AllocFlags, BootOptions, Machine, MemoryRange};
+pub use machine::{AllocFlags, BootOptions, Machine, MemoryRange, REPORT_CAPACITY, Reported};
 pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;
 pub use node::{HugeCounts, Node, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};
 pub use percpu::{CpuId, PcpConfig};
-pub use platform::{FrameClearer, PhysMemory};
+pub use platform::{FrameClearer, InstallHook, PhysMemory};
 pub use stats::NumaStat;
 pub use topology::{MAX_NODES, NodeId, NodeInfo, NodeMask, Topology, TopologyError};
 #[cfg(feature = "x86_64")]

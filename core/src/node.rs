@@ -70,6 +70,11 @@ pub struct ZoneCounters {
     /// what a zeroed allocation would clear, and what [`Machine::scrub`](crate::Machine::scrub)
     /// has left to do.
     pub dirty: u64,
+    /// Free pages in blocks reported to the host since they last became free (see
+    /// [`Machine::report`](crate::Machine::report)); they are clean. The other free pages
+    /// (`free - reported`) include those outside free blocks of 2 MiB, which are never
+    /// reported.
+    pub reported: u64,
 }
 
 /// A huge-page pool's page counts
@@ -458,7 +463,32 @@ impl Zone {
             managed: z.area.managed_pages,
             marks: z.marks,
             dirty: z.area.dirty_pages(),
+            reported: z.area.reported_pages(),
         }
+    }
+
+    /// Takes free blocks of at least `order` not reported yet into `out`, from the zone's
+    /// section number `from` on, keeping the min watermark free; returns how many and where to
+    /// go on from (see [`FreeArea::report_take`]).
+    pub(crate) fn report_take(
+        &self,
+        order: Order,
+        from: u32,
+        out: &mut [PhysRange],
+    ) -> (usize, u32) {
+        let mut z = self.inner.lock();
+        let keep = z.marks.min;
+        z.area.report_take(order.get(), keep, from, out)
+    }
+
+    /// Puts back blocks from [`Zone::report_take`], marked reported if the host took them.
+    pub(crate) fn report_put(&self, blocks: &[PhysRange], reported: bool) {
+        self.inner.lock().area.report_put(blocks, reported);
+    }
+
+    /// Sets the hook that runs before reported memory of the zone is used again.
+    pub(crate) fn set_install(&self, hook: Option<&'static dyn crate::platform::InstallHook>) {
+        self.inner.lock().area.set_install(hook);
     }
 
     /// Free blocks per order (a `/proc/buddyinfo` row). Below 2 MiB the free frames of each
@@ -717,6 +747,11 @@ impl Node {
     /// [`ZoneCounters::dirty`]).
     pub fn dirty_pages(&self) -> u64 {
         self.zones.iter().map(|z| z.counters().dirty).sum()
+    }
+    /// Free pages over both zones in blocks reported to the host (see
+    /// [`ZoneCounters::reported`]).
+    pub fn reported_pages(&self) -> u64 {
+        self.zones.iter().map(|z| z.counters().reported).sum()
     }
     /// Free pages over both zones.
     pub fn free_pages(&self) -> u64 {

@@ -46,6 +46,23 @@ pub trait FrameClearer: Sync {
     fn clear(&self, range: PhysRange);
 }
 
+/// What the platform does before memory it took back through
+/// [`Machine::report`](crate::Machine::report) is used again (HyperAlloc's "install": a host
+/// that unmapped reported memory maps it back in).
+///
+/// The core calls [`install`](InstallHook::install) with a block that was reported, at the
+/// moment it leaves the zone's free memory marked as reported: when an allocation takes it
+/// whole, when it is split to serve smaller frames (the whole 2 MiB pageblock), or when it
+/// moves into a huge-page pool. The call runs under that zone's lock, before any frame of the
+/// block is handed out: it must not call into the machine, and it should be quick (a hypercall
+/// that does not wait for the host to fill the memory). A block of memory that was never
+/// reported, or that merged with unreported memory since, never reaches it. Any CPU may call
+/// it, hence `Sync`.
+pub trait InstallHook: Sync {
+    /// Makes `range`, which the host had taken back, usable memory again.
+    fn install(&self, range: PhysRange);
+}
+
 /// Maps `range` through `mem`, refusing a pointer that breaks the alignment promise of
 /// [`PhysMemory`] (the tables carved from it rely on it).
 pub(crate) fn map_checked<M: PhysMemory + ?Sized>(

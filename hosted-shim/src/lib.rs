@@ -1,6 +1,6 @@
 //! numaframe-hosted: runs the numaframe core on Linux.
 //!
-//! [`sim`] simulates machines over mmap, [`readers`] and [`presets`] describe them ([`spec`]),
+//! [`sim`] simulates machines over mmap (and [`reporting`] gives reported memory back to Linux), [`readers`] and [`presets`] describe them ([`spec`]),
 //! [`model`] estimates placements' bandwidth, [`bench`](mod@bench) measures numaframe against its peers,
 //! and [`cli`] is the `numaframe` command, one module of [`commands`] per subcommand.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -14,6 +14,7 @@ pub mod error;
 pub mod model;
 pub mod presets;
 pub mod readers;
+pub mod reporting;
 pub mod sim;
 pub mod spec;
 

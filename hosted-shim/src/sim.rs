@@ -130,6 +130,35 @@ impl SimMemory {
         Some(unsafe { p.cast::<u64>().as_ptr().read_volatile() })
     }
 
+    /// Gives the frames of `range` back to Linux (`madvise(MADV_DONTNEED)`): they stop being
+    /// resident, and read as zero when next touched (the arenas are private anonymous
+    /// mappings). `false`, changing nothing, if the range lies outside every arena or the
+    /// kernel refuses.
+    ///
+    /// Only for frames nobody owns: free frames the allocator reports (their contents are
+    /// lost).
+    pub fn discard(&self, range: PhysRange) -> bool {
+        let start = range.start().addr().get();
+        let Some(a) = self
+            .arenas
+            .iter()
+            .find(|a| a.contains(start, range.bytes()))
+        else {
+            return false;
+        };
+        // SAFETY: the range lies inside the arena's mapping (`contains`) and is page aligned
+        // (whole frames of a page-aligned mapping); MADV_DONTNEED on a private anonymous
+        // mapping only drops its pages, which the caller says nobody owns.
+        let rc = unsafe {
+            libc::madvise(
+                a.ptr.as_ptr().add((start - a.base) as usize).cast(),
+                range.bytes() as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+        rc == 0
+    }
+
     /// Bytes of the arenas that are resident (touched), from `mincore`.
     pub fn resident_bytes(&self) -> u64 {
         let page = 4096u64;
@@ -160,6 +189,16 @@ impl SimMemory {
         }
         total
     }
+}
+
+/// The process's resident memory in bytes (`/proc/self/statm`'s second field, in pages of
+/// the kernel's page size); `None` where there is no such file.
+pub fn process_rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
 }
 
 // SAFETY:

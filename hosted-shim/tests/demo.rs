@@ -56,3 +56,32 @@ fn twelve_terabytes_touch_almost_nothing() {
     let gig = &d["hugepages"]["pools"][1];
     assert_eq!(gig["size_kib"], 1 << 20);
 }
+
+#[test]
+fn report_gives_a_torn_down_guest_back_to_linux() {
+    let (code, out, err) = numaframe(&["demo", "--preset", "amd-4node", "--report", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &d["report"];
+    let rss = |k: &str| r["rss_bytes"][k].as_u64().unwrap();
+    let guest = r["guest_bytes"].as_u64().unwrap();
+    assert_eq!(guest, 1 << 30);
+    assert!(rss("guest") >= rss("before_guest") + guest / 2, "{r}");
+    assert!(
+        rss("torn_down") >= rss("before_guest") + guest / 2,
+        "a free alone keeps it resident: {r}"
+    );
+    assert!(
+        rss("reported") + guest / 2 <= rss("torn_down"),
+        "the report releases it: {r}"
+    );
+    let frames = r["frames"].as_u64().unwrap();
+    assert_eq!(r["released_frames"].as_u64().unwrap(), frames);
+    let marked: u64 = r["reported"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["dma32"].as_u64().unwrap() + n["normal"].as_u64().unwrap())
+        .sum();
+    assert_eq!(marked, frames, "the counters hold what was reported");
+}

@@ -233,6 +233,14 @@ impl FreeArea {
                 marked,
             });
         }
+        let reported = self.marked_reported(node)?;
+        if reported != self.reported_pages || reported > self.free_pages {
+            return Err(InvariantError::Reported {
+                node,
+                counted: self.reported_pages,
+                marked: reported,
+            });
+        }
         for (i, order) in [Order::HUGE_2M, Order::MAX].into_iter().enumerate() {
             let mut cur = self.pools[i].head;
             let mut n = 0;

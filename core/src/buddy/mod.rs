@@ -14,6 +14,7 @@
 mod check;
 mod dirty;
 mod hot;
+mod report;
 mod scrub;
 mod small;
 
@@ -82,7 +83,9 @@ enum Big {
 ///   its `free` equals the clear bits of its allocation plane;
 /// - `free_pages` is the sum of free frames over the lists and split pageblocks (a hot
 ///   pageblock's frames count as handed out), and `free_pages <= managed_pages`;
-/// - `dirty_pages` is the number of those free frames the metadata marks dirty (see `dirty`).
+/// - `dirty_pages` is the number of those free frames the metadata marks dirty (see `dirty`);
+/// - `reported_pages` is the number of them in free blocks marked reported, each of which is
+///   clean and marked on all its pageblocks (see `report`).
 #[derive(Debug)]
 pub(crate) struct FreeArea {
     pub(crate) meta: ZoneMeta,
@@ -108,6 +111,9 @@ pub(crate) struct FreeArea {
     pub(crate) free_pages: u64,
     pub(crate) managed_pages: u64,
     dirty_pages: u64,
+    reported_pages: u64,
+    /// What runs before reported memory is used again, if the platform gave a hook.
+    install: Option<report::Install>,
     /// The unit a scrub holds, if any, and the section its next search starts from.
     scrub: Option<scrub::Scrubbing>,
     scrub_cursor: u32,
@@ -174,6 +180,8 @@ impl FreeArea {
             free_pages: 0,
             managed_pages: 0,
             dirty_pages: 0,
+            reported_pages: 0,
+            install: None,
             scrub: None,
             scrub_cursor: 0,
             pools: [HugePool {
@@ -726,12 +734,11 @@ impl FreeArea {
     }
 
     fn mark_allocated(&mut self, b: Big, order: u8, what: Use) {
+        self.reuse(b, order);
         match b {
             Big::Section(s) => {
-                self.meta.update_section(s, |x| {
-                    x.state = SectionState::Allocated(what);
-                    x.flags &= !flag::REPORTED;
-                });
+                self.meta
+                    .update_section(s, |x| x.state = SectionState::Allocated(what));
             }
             Big::Pb(r) => {
                 for i in 0..1u32 << (order - PB_SHIFT as u8) {
@@ -741,7 +748,6 @@ impl FreeArea {
                         } else {
                             PbState::AllocatedTail
                         };
-                        h.flags &= !flag::REPORTED;
                     });
                 }
             }
@@ -769,11 +775,13 @@ impl FreeArea {
     }
 
     /// Puts the free block of `order` headed by `r` on its list, merged with its free buddies,
-    /// up to a whole section (which then gives its array back to the pool).
+    /// up to a whole section (which then gives its array back to the pool). The merged block is
+    /// reported only if all its parts were.
     fn merge_big(&mut self, mut r: PbRef, mut order: u8) {
         let Some(span) = self.meta.span(r.span).copied() else {
             return;
         };
+        let mut reported = self.is_reported(Big::Pb(r));
         while order < MAX_ORDER - 1 {
             let step = 1u32 << (order - PB_SHIFT as u8);
             let base = span.pb_base(r.index).get();
@@ -795,6 +803,7 @@ impl FreeArea {
                 break;
             }
             self.unlink_big(Big::Pb(buddy), order);
+            reported = self.merge_marks(reported, Big::Pb(r), Big::Pb(buddy), order);
             r = if buddy_base < base { buddy } else { r };
             order += 1;
         }
@@ -815,6 +824,7 @@ impl FreeArea {
                 && self.meta.pb(other).map(|h| h.state) == Some(PbState::Free { order })
             {
                 self.unlink_big(Big::Pb(other), order);
+                reported = self.merge_marks(reported, Big::Pb(r), Big::Pb(other), order);
                 let sec = SecRef {
                     span: r.span,
                     index: s,
@@ -838,7 +848,7 @@ impl FreeArea {
                         flag::DIRTY
                     } else {
                         0
-                    };
+                    } | if reported { flag::REPORTED } else { 0 };
                     x.first_dirty = first_dirty.unwrap_or(0) as u16;
                 });
                 let after = self.block_dirty(Big::Section(sec), MAX_ORDER);

@@ -365,6 +365,7 @@ impl FreeArea {
             self.push_big(b, PB_SHIFT as u8);
             return Err(short.into());
         }
+        self.reuse(b, PB_SHIFT as u8);
         let dirty = self
             .meta
             .pb(r)

@@ -14,6 +14,7 @@ mod free;
 mod hotplug;
 mod huge;
 mod layout;
+mod report;
 mod scrub;
 mod walk;
 
@@ -30,6 +31,7 @@ use crate::topology::{NodeId, NodeMask, Topology};
 use crate::zonelist::FallbackOptions;
 
 use self::layout::Layout;
+pub use self::report::{REPORT_CAPACITY, Reported};
 pub(crate) use self::walk::Request;
 
 bitflags! {

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::oracle::Oracle;
 use super::{
     Bitmap, Buddy, Measurement, NODE_BASE, NumaCpu, NumaNode, OneNode, Report, churn, guests,
-    hotadd, name, scenario, teardown,
+    hotadd, name, reporting, scenario, teardown,
 };
 
 /// How big the experiments are.
@@ -34,6 +34,8 @@ pub struct Sizes {
     pub hotadd_timeout: Duration,
     /// Frames of the torn-down guest.
     pub teardown_frames: u64,
+    /// Frames of the reporting-speed node, and of its resident (written) variant.
+    pub report_frames: (u64, u64),
 }
 
 impl Sizes {
@@ -46,6 +48,7 @@ impl Sizes {
         hotadd_calls: 20,
         hotadd_timeout: Duration::from_millis(500),
         teardown_frames: 1 << 20,
+        report_frames: (1 << 22, 1 << 20),
     };
     /// `--quick`: 1 GiB of churn, 8 GiB of guests.
     pub const QUICK: Sizes = Sizes {
@@ -56,6 +59,7 @@ impl Sizes {
         hotadd_calls: 5,
         hotadd_timeout: Duration::from_millis(100),
         teardown_frames: 1 << 18,
+        report_frames: (1 << 18, 1 << 18),
     };
 }
 
@@ -84,7 +88,67 @@ pub fn run(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
     hot_add(sizes, sink)?;
     churn_all(sizes, sink)?;
     guests_all(sizes, sink)?;
-    teardown(sizes, sink)
+    teardown(sizes, sink)?;
+    report_speed(sizes, sink)?;
+    report_hot(sizes, sink)
+}
+
+fn report_speed(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
+    let s = scenario::REPORT_SPEED;
+    (sink.progress)(s)?;
+    let (frames, resident) = sizes.report_frames;
+    let t = reporting::speeds(frames, resident, 5)?;
+    let line = |name: &str, x: &reporting::Speed| {
+        format!(
+            "{name}: {:.2} GiB of a {} GiB node in {} blocks, {:.2} ms: {:.0} GiB/s ({:.2}x HyperAlloc's {:.0} GiB/s)",
+            x.reported_bytes as f64 / (1u64 << 30) as f64,
+            x.node_bytes >> 30,
+            x.blocks,
+            x.ns / 1e6,
+            x.gib_per_s,
+            x.vs_hyperalloc,
+            reporting::HYPERALLOC_GIB_S
+        )
+    };
+    let detail = vec![
+        line("no-op callback", &t.noop),
+        line("madvise, untouched memory", &t.madvise_untouched),
+        line("madvise, memory the guests wrote", &t.madvise_resident),
+    ];
+    let extra = serde_json::to_value(t).map_err(io::Error::other)?;
+    let ns = 1e9 / t.noop.gib_per_s.max(1e-9);
+    sink.report
+        .results
+        .push(measurement(s, name::NUMAFRAME, ns, extra, detail));
+    (sink.done)(sink.report, s)
+}
+
+fn report_hot(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
+    let s = scenario::REPORT_HOT;
+    (sink.progress)(s)?;
+    let quick = sizes.report_frames.0 < 1 << 20;
+    let (samples, each) = if quick {
+        (3, Duration::from_millis(5))
+    } else {
+        (15, Duration::from_millis(30))
+    };
+    let h = reporting::hot_paths(super::FRAMES_1G, samples, each)?;
+    let line = |name: &str, x: &reporting::OnOff| {
+        format!(
+            "{name}: off {:.1} ns, on {:.1} ns, on/off {:.3}",
+            x.off_ns, x.on_ns, x.ratio
+        )
+    };
+    let detail = vec![
+        line("pair (ns per pair)", &h.pair),
+        line("bulk-512 alloc+free (ns per frame)", &h.bulk),
+        format!("{} reports ran during the \"on\" samples", h.reports),
+    ];
+    let extra = serde_json::to_value(h).map_err(io::Error::other)?;
+    sink.report
+        .results
+        .push(measurement(s, name::NUMAFRAME, h.pair.on_ns, extra, detail));
+    (sink.done)(sink.report, s)
 }
 
 fn teardown(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {

@@ -48,6 +48,7 @@ pub mod ops;
 pub mod oracle;
 pub mod peers;
 pub mod report;
+pub mod reporting;
 pub mod runner;
 pub mod scenarios;
 pub mod teardown;
@@ -188,6 +189,16 @@ pub mod scenario {
     /// `floor`: `{"teardown_ns","scrub_ns","realloc_ns"}`; `memset_ns`, `scrub_vs_memset`,
     /// `inline_vs_memset`.
     pub const TEARDOWN: &str = "guest teardown + zeroed reallocation";
+    /// Free-page reporting speed ([`crate::bench::reporting`]) over a 16 GiB node (1 GiB with
+    /// `--quick`) half free after 2 MiB churn; `ns_per_op` is ns per reported GiB with a
+    /// no-op callback. JSON fields: `noop`, `madvise_untouched`, `madvise_resident` (a 4 GiB
+    /// node whose memory the guests wrote; 1 GiB with `--quick`), each
+    /// `{"node_bytes","reported_bytes","blocks","ns","gib_per_s","vs_hyperalloc"}`.
+    pub const REPORT_SPEED: &str = "free-page reporting: GiB/s of free memory reported";
+    /// The hot pair and a 512-frame bulk with reporting off and on (a reporter thread every
+    /// 10 ms); `ns_per_op` is the pair's ns with reporting on. JSON fields: `pair`, `bulk`:
+    /// `{"off_ns","on_ns","ratio"}`; `reports`.
+    pub const REPORT_HOT: &str = "hot pair and bulk, reporting off vs on";
 
     /// Every scenario, in run order.
     pub const ALL: &[&str] = &[
@@ -221,6 +232,8 @@ pub mod scenario {
         CHURN,
         GUESTS,
         TEARDOWN,
+        REPORT_SPEED,
+        REPORT_HOT,
     ];
 }
 
@@ -295,6 +308,12 @@ pub fn describe(scenario: &str) -> &'static str {
         HOTADD_IDLE => "the same calls with no other thread running; ns = median wait",
         TEARDOWN => {
             "a guest backed by 2 MiB blocks writes all its memory and is torn down (dirty frees), then the same memory is allocated with ZERO: inline zeroing, a background scrub on one thread in between, and no zeroing (floor); clearing throughput against one memset of the same memory (target >= 80%); ns = scrub per frame"
+        }
+        REPORT_SPEED => {
+            "2 MiB blocks fill a node, a random half is freed, 10 rounds churn 10%; one Machine::report (order 9, batches of 32) hands over the free half: no-op callback, hosted madvise(MADV_DONTNEED) of untouched memory, and of memory the guests wrote; GiB/s, against HyperAlloc's published 345 GiB/s"
+        }
+        REPORT_HOT => {
+            "alloc_cpu/free_cpu order-0 pair and alloc_bulk/free_bulk of 512 frames on 1 GiB, reporter off vs a thread reporting the node (hosted madvise) every 10 ms, samples alternating; ns per pair or frame, on/off ratio (target <= 1.05)"
         }
         _ => "",
     }

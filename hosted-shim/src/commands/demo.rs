@@ -23,12 +23,16 @@ use crate::spec::MachineSpec;
 
 /// The options of `numaframe demo`.
 #[derive(clap::Args, Clone, Debug, Default)]
-#[command(override_usage = "numaframe demo [--preset NAME] [--json]")]
+#[command(override_usage = "numaframe demo [--preset NAME] [--report] [--json]")]
 pub struct Args {
     /// The built-in machine to boot [default: cxl-2socket]
     #[arg(long, value_name = "NAME", long_help = preset_help(),
           value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub preset: Option<String>,
+    /// Also run a guest, tear it down and report the free memory to Linux (madvise), showing
+    /// the process's resident memory fall
+    #[arg(long)]
+    pub report: bool,
 }
 
 fn preset_help() -> String {
@@ -44,7 +48,7 @@ fn preset_help() -> String {
 /// [`CliError::BadInput`] for an unknown preset, [`CliError::Internal`] as [`run`].
 pub fn command(args: &Args, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let spec = load_preset(args.preset.as_deref().unwrap_or("cxl-2socket"))?;
-    run(&spec, json, out)
+    run_with(&spec, json, args.report, out)
 }
 
 fn gib(bytes: u64) -> String {
@@ -108,6 +112,19 @@ fn demo_cmdline(spec: &MachineSpec) -> String {
 /// # Errors
 /// [`CliError::Internal`] if the machine cannot be simulated or booted.
 pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    run_with(spec, json, false, out)
+}
+
+/// Runs the demo on `spec` as [`run`], with the free-page reporting part if `report`.
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with(
+    spec: &MachineSpec,
+    json: bool,
+    report: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
     let sim = Sim::new(spec).map_err(internal)?;
     // One CPU per node with CPUs is enough to show the caches; the spec's CPU count is printed.
     let cpus: Vec<NodeId> = (0..spec.len())
@@ -157,6 +174,7 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
     let policies = run_policies(spec, &machine)?;
     let pcp = per_cpu_round_trip(&machine);
     let scrub = background_scrub(&machine);
+    let reporting = report.then(|| super::demo_report::guest_teardown(&sim, &machine));
 
     if json {
         let doc = json!({
@@ -179,6 +197,10 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
             "numastat": numastat_json(&machine),
             "scrub": scrub.json(),
         });
+        let mut doc = doc;
+        if let Some(r) = &reporting {
+            doc["report"] = r.json();
+        }
         writeln!(out, "{doc}").map_err(internal)?;
         return Ok(());
     }
@@ -257,6 +279,9 @@ pub fn run(spec: &MachineSpec, json: bool, out: &mut dyn Write) -> Result<(), Cl
     }
     writeln!(out, "\nPer-CPU caches: {pcp}").map_err(internal)?;
     writeln!(out, "\n{}", scrub.text()).map_err(internal)?;
+    if let Some(r) = &reporting {
+        writeln!(out, "\n{}", r.text()).map_err(internal)?;
+    }
 
     writeln!(out, "\nnumastat:").map_err(internal)?;
     writeln!(

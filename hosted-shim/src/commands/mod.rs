@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod demo;
+mod demo_report;
 pub mod frag;
 pub mod hugepages;
 pub mod interleave;
