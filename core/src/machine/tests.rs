@@ -140,6 +140,10 @@ fn fallback_counts_numastat() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "walk logic over many allocations: the other machine tests take Miri through its unsafe code"
+)]
 fn watermarks_hold_back_memory_until_reserve() {
     let spec = Spec::uniform(1, 4096, 0);
     let mem = SparseMem::default();
