@@ -14,6 +14,8 @@ mod free;
 mod hotplug;
 mod huge;
 mod layout;
+#[cfg(feature = "poison")]
+mod poison;
 mod scrub;
 mod walk;
 
@@ -30,6 +32,8 @@ use crate::topology::{NodeId, NodeMask, Topology};
 use crate::zonelist::FallbackOptions;
 
 use self::layout::Layout;
+#[cfg(feature = "poison")]
+pub use self::poison::WriteAfterFree;
 pub(crate) use self::walk::Request;
 
 bitflags! {
@@ -110,6 +114,9 @@ pub struct Machine<'a> {
     tables: PhysRange,
     /// How the machine clears frames, if the platform gave it a way.
     clearer: Option<&'a dyn FrameClearer>,
+    /// The writes after free the `poison` debug mode found.
+    #[cfg(feature = "poison")]
+    poison: self::poison::PoisonLog,
 }
 
 impl core::fmt::Debug for Machine<'_> {
