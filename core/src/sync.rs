@@ -225,11 +225,8 @@ impl<T> Mutex<T> {
     fn acquire(&self) {
         loop {
             // Acquire: pairs with the Release in `release`, so the last holder's writes are
-            // visible to this one. The relaxed look first only saves a contended line; loom
-            // skips it: it may let that load read the lock as held forever while another thread
-            // keeps taking and releasing it (a waiter polling under the lock), an execution
-            // without end that no hardware runs.
-            if (cfg!(numaframe_loom) || self.locked.load(Ordering::Relaxed) == 0)
+            // visible to this one.
+            if self.locked.load(Ordering::Relaxed) == 0
                 && self
                     .locked
                     .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
