@@ -60,6 +60,8 @@ CARGO_TARGET_DIR=target/unikernel-defmt cargo build -p numaframe-unikernel --loc
 
 step "workspace tests and doctests (optimised, debug assertions and overflow checks on)"
 cargo test --workspace --locked --profile release-checked
+# The core's `poison` debug mode, off in the run above.
+cargo test -p numaframe-tests --locked --profile release-checked --features poison --test poison
 
 step "loom models (--cfg numaframe_loom, debug assertions and overflow checks on)"
 # A model's setup (booting a machine) takes a few thousand loom operations, beyond loom's

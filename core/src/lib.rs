@@ -89,6 +89,8 @@ pub use addr::{HugeSize, MAX_ORDER, Order, PAGE_SIZE, Pfn, PhysAddr, PhysRange};
 pub use buddy::{PageblockCounts, PageblockInfo, PageblockKind};
 pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
+#[cfg(feature = "poison")]
+pub use machine::WriteAfterFree;
 pub use machine::{AllocFlags, BootOptions, Machine, MemoryRange, REPORT_CAPACITY, Reported};
 pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;

@@ -9,7 +9,7 @@
 //!
 //! Clearing frames goes through a seam of its own, [`FrameClearer`]: the core asks the platform
 //! to zero frames it is about to hand out zeroed, or free frames it scrubs, and never writes
-//! them itself.
+//! them itself. The `poison` debug mode reads frames through it too, and only through it.
 
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
@@ -44,6 +44,18 @@ pub trait FrameClearer: Sync {
     /// device): where the architecture needs it, the implementation cleans the lines to the
     /// point of coherency before it returns.
     fn clear(&self, range: PhysRange);
+
+    /// The first frame of `range` holding a byte other than zero, or `None` if every byte reads
+    /// as zero. The default cannot read frames and finds none.
+    ///
+    /// Only the core's `poison` debug mode calls it, on frames it is about to hand out that it
+    /// holds as clean (frames that were freed clean, scrubbed, or booted zeroed): a nonzero
+    /// byte is a write into the frame while it was free. Those frames belong to nobody while it
+    /// runs, as for [`clear`](FrameClearer::clear).
+    fn first_nonzero(&self, range: PhysRange) -> Option<Pfn> {
+        let _ = range;
+        None
+    }
 }
 
 /// What the platform does before memory it took back through

@@ -9,11 +9,16 @@
 //! owned by the machine that overlaps no block the model holds.
 //!
 //! After every operation, `check_invariants()` must pass and every frame must be accounted for
-//! exactly once: `free + cached + handed-out small blocks + pool pages == managed`. At the end
-//! everything is given back, and every zone's buddyinfo must return to its fully merged state.
+//! exactly once: `free + cached + handed-out small blocks + pool pages == managed`; no zone counts
+//! more dirty frames than free ones. At the end everything is given back, and every zone's
+//! buddyinfo must return to its fully merged state.
+//!
+//! The machine clears through a recording clearer (the sparse memory has no frames to write):
+//! a scrub may clear only free frames of its node, never a block the model holds, and never more
+//! than its budget allows; any other operation may clear only inside the blocks it hands out.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use arbitrary::{Arbitrary, Unstructured};
 use numaframe::HugeSize;
@@ -22,8 +27,8 @@ use numaframe::interleave::{IlState, Weights};
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
-    AllocFlags, BootError, BootOptions, CpuId, FreeError, Machine, MemoryRange, NodeId, NodeMask,
-    Order, PcpConfig, Pfn, PhysRange, PolicyError, ZoneKind,
+    AllocFlags, BootError, BootOptions, CpuId, FrameClearer, FreeError, Machine, MemoryRange,
+    NodeId, NodeMask, Order, PcpConfig, Pfn, PhysRange, PolicyError, ZoneKind,
 };
 use numaframe_testkit::{Snap, SparseMem, Spec, memory_range};
 
@@ -189,6 +194,12 @@ pub enum Op {
         scale: u8,
         boot_order: bool,
     },
+    /// A background scrub of `budget << scale` frames.
+    Scrub {
+        node: u8,
+        budget: u16,
+        scale: u8,
+    },
 }
 
 /// What kind of block the model holds.
@@ -211,6 +222,26 @@ enum Via {
     Cpu(CpuId),
     Bulk,
     Huge(HugeSize),
+    /// `free_clean`.
+    Clean,
+    /// `free_cpu_clean`.
+    CpuClean(CpuId),
+}
+
+/// Records the ranges the machine clears, for the harness to judge after each operation.
+#[derive(Debug, Default)]
+struct Recorder(Mutex<Vec<PhysRange>>);
+
+impl FrameClearer for Recorder {
+    fn clear(&self, range: PhysRange) {
+        self.0.lock().expect("recorder").push(range);
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<PhysRange> {
+        std::mem::take(&mut *self.0.lock().expect("recorder"))
+    }
 }
 
 /// CPU ids of a donor machine with more CPUs: those past the fuzzed machine's are unknown to it.
@@ -278,13 +309,15 @@ pub fn run_input(input: &Input) {
         },
         ..spec.options()
     };
-    let m = spec.boot_with(&mem, opts);
+    let cleared = Recorder::default();
+    let m = spec.boot_with(&mem, opts).with_clearer(&cleared);
     m.check_invariants().expect("invariants after boot");
     let mut h = Harness::new(&m, &mem, &spec.ranges);
     h.check();
     for op in input.ops.iter().take(MAX_OPS) {
         h.apply(op);
         h.check();
+        h.check_cleared(op, &cleared.take());
     }
     h.teardown();
 }
@@ -687,6 +720,24 @@ impl<'m, 'a> Harness<'m, 'a> {
                     (got, got)
                 );
             }
+            Op::Scrub {
+                node,
+                budget,
+                scale,
+            } => {
+                let node = node_of(node);
+                let budget = u64::from(budget) << (scale % 8);
+                let before = Snap::of(m);
+                let dirty = m.node(node).map_or(0, |n| n.dirty_pages());
+                let left = m.scrub(node, budget);
+                assert!(left <= dirty, "{left} dirty frames left of {dirty}");
+                match m.node(node) {
+                    Some(n) => assert_eq!(left, n.dirty_pages()),
+                    None => assert_eq!(left, 0, "a scrub of an unknown node"),
+                }
+                // A scrub moves no frame: what was free is free, in the same blocks.
+                assert_eq!(Snap::of(m), before, "a scrub changed the free lists");
+            }
             Op::HotAdd {
                 node,
                 anchor,
@@ -721,10 +772,12 @@ impl<'m, 'a> Harness<'m, 'a> {
     }
 
     fn via(&self, via: u8, order: Order, kind: Kind) -> Via {
-        match via % 5 {
+        match via % 7 {
             0 | 1 => Via::Free,
-            2 => Via::Cpu(self.cpu(via / 5).0),
+            2 => Via::Cpu(self.cpu(via / 7).0),
             3 => Via::Bulk,
+            5 => Via::Clean,
+            6 => Via::CpuClean(self.cpu(via / 7).0),
             _ => Via::Huge(match kind {
                 Kind::Huge(s) => s,
                 Kind::Small => size_of(order == Order::MAX),
@@ -738,10 +791,10 @@ impl<'m, 'a> Harness<'m, 'a> {
         let (order, kind) = match via {
             Via::Bulk => (Order::ZERO, Kind::Small),
             Via::Huge(s) => (s.order(), Kind::Huge(s)),
-            Via::Free | Via::Cpu(_) => (order, Kind::Small),
+            Via::Free | Via::Cpu(_) | Via::Clean | Via::CpuClean(_) => (order, Kind::Small),
         };
         let known_cpu = match via {
-            Via::Cpu(c) => c.index() < self.known_cpus,
+            Via::Cpu(c) | Via::CpuClean(c) => c.index() < self.known_cpus,
             _ => true,
         };
         let held = self.model.get(&pfn.get()).copied();
@@ -755,6 +808,8 @@ impl<'m, 'a> Harness<'m, 'a> {
                 e.error
             }),
             Via::Huge(s) => m.free_huge(pfn, s),
+            Via::Clean => m.free_clean(pfn, order),
+            Via::CpuClean(c) => m.free_cpu_clean(c, pfn, order),
         };
         if valid {
             if let Err(e) = result {
@@ -794,7 +849,10 @@ impl<'m, 'a> Harness<'m, 'a> {
             e == FreeError::Misaligned { pfn, order }
         } else if let Some(b) = held {
             match (b.kind, via) {
-                (Kind::Huge(_), Via::Free | Via::Cpu(_) | Via::Bulk) => {
+                (
+                    Kind::Huge(_),
+                    Via::Free | Via::Cpu(_) | Via::Bulk | Via::Clean | Via::CpuClean(_),
+                ) => {
                     e == FreeError::HugePage { pfn }
                 }
                 (Kind::Small, Via::Huge(_)) if b.order == order => {
@@ -984,6 +1042,13 @@ impl<'m, 'a> Harness<'m, 'a> {
         for node in m.nodes() {
             for kind in ZoneKind::ALL {
                 let c = node.zone(kind).counters();
+                assert!(
+                    c.dirty <= c.free,
+                    "{:?} {kind:?}: {} dirty frames, {} free",
+                    node.id(),
+                    c.dirty,
+                    c.free
+                );
                 let (f, mg) = (c.free, c.managed);
                 free += f;
                 managed += mg;
@@ -1004,6 +1069,46 @@ impl<'m, 'a> Harness<'m, 'a> {
             "frames unaccounted for: free {free}, cached {}, handed out {small}, pooled {pooled}",
             m.cached_pages()
         );
+    }
+
+    /// Judges the ranges `op` cleared. A scrub clears free frames of its node, at most one
+    /// pageblock (512 frames) past its budget; anything else clears only inside blocks the
+    /// model holds once it returns (the ones it handed out zeroed).
+    fn check_cleared(&self, op: &Op, cleared: &[PhysRange]) {
+        let m = self.m;
+        let inside = |r: &PhysRange| {
+            self.model.range(..=r.start().get()).next_back().is_some_and(|(&s, b)| {
+                r.end().get() <= s + b.order.frames()
+            })
+        };
+        let overlaps_held = |r: &PhysRange| {
+            self.model
+                .range(..r.end().get())
+                .next_back()
+                .is_some_and(|(&s, b)| s + b.order.frames() > r.start().get())
+        };
+        for r in cleared {
+            assert!(r.frames() > 0, "an empty clear");
+            let last = Pfn::new(r.end().get() - 1);
+            let node = m.node_of(r.start());
+            assert!(
+                node.is_some() && m.node_of(last) == node,
+                "{op:?} cleared {r:?}, not within one node"
+            );
+            match *op {
+                Op::Scrub { node: n, .. } => {
+                    assert_eq!(node, Some(node_of(n)), "{op:?} cleared {r:?} off its node");
+                    assert!(!overlaps_held(r), "{op:?} cleared {r:?}, handed out");
+                }
+                _ => assert!(inside(r), "{op:?} cleared {r:?}, not a block it handed out"),
+            }
+        }
+        if let Op::Scrub { budget, scale, .. } = *op {
+            let budget = u64::from(budget) << (scale % 8);
+            let total: u64 = cleared.iter().map(PhysRange::frames).sum();
+            let most = if budget == 0 { 0 } else { budget + 511 };
+            assert!(total <= most, "{op:?} cleared {total} frames");
+        }
     }
 
     /// Gives everything back: every zone must merge back to its fully free state.

@@ -26,6 +26,16 @@ pub(crate) struct Got {
     pub(crate) dirty: Option<PhysRange>,
 }
 
+impl Got {
+    /// The frame `pfn`, dirty or clean.
+    pub(crate) fn one(pfn: Pfn, dirty: bool) -> Got {
+        Got {
+            pfn,
+            dirty: dirty.then(|| range_of(pfn, 0, 1)).flatten(),
+        }
+    }
+}
+
 /// Free frames of a split pageblock that its planes mark dirty.
 pub(super) fn dirty_free(alloc: &Plane, extra: &Plane) -> u64 {
     alloc

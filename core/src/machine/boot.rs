@@ -192,6 +192,8 @@ impl<'a> Machine<'a> {
             caches: Caches::new(cpus, opts.pcp),
             tables,
             clearer: None,
+            #[cfg(feature = "poison")]
+            poison: super::poison::PoisonLog::new(),
         };
         {
             let mut staged = machine.layout.stage();

@@ -6,6 +6,7 @@
 use super::walk::zones;
 use super::{AllocFlags, Machine, Request};
 use crate::addr::{Order, Pfn};
+use crate::buddy::Got;
 use crate::error::FreeError;
 use crate::percpu::{Asker, CpuId, PcpConfig, Want};
 use crate::topology::NodeId;
@@ -83,10 +84,7 @@ impl<'a> Machine<'a> {
                     self.caches
                         .pop(cpu, req.preferred, zone, req.class(), asker)
             {
-                if zero && dirty {
-                    self.clear_frames(pfn, 1);
-                }
-                return Some(pfn);
+                return Some(self.zeroed(req.flags, 1, Got::one(pfn, dirty)));
             }
         }
         self.walk_with(&req, |node, zone, mark| {
@@ -99,7 +97,7 @@ impl<'a> Machine<'a> {
             };
             self.caches.take(cpu, &want, self.nodes, zero)
         })
-        .map(|(got, _)| self.zeroed(req.flags, got))
+        .map(|(got, _)| self.zeroed(req.flags, 1, got))
     }
 
     /// Frees a block from a CPU: order-0 frames go into the CPU's cache, on the list of their

@@ -63,7 +63,7 @@ impl<'a> Machine<'a> {
                 for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
                     if let Some(got) = self.nodes[node.index()].zone(kind).pool_take(size.order()) {
                         self.count(req, node, 1);
-                        return Some(self.zeroed(req.flags, got));
+                        return Some(self.zeroed(req.flags, size.order().frames(), got));
                     }
                 }
             }

@@ -14,6 +14,8 @@ mod free;
 mod hotplug;
 mod huge;
 mod layout;
+#[cfg(feature = "poison")]
+mod poison;
 mod report;
 mod scrub;
 mod walk;
@@ -31,6 +33,8 @@ use crate::topology::{NodeId, NodeMask, Topology};
 use crate::zonelist::FallbackOptions;
 
 use self::layout::Layout;
+#[cfg(feature = "poison")]
+pub use self::poison::WriteAfterFree;
 pub use self::report::{REPORT_CAPACITY, Reported};
 pub(crate) use self::walk::Request;
 
@@ -112,6 +116,9 @@ pub struct Machine<'a> {
     tables: PhysRange,
     /// How the machine clears frames, if the platform gave it a way.
     clearer: Option<&'a dyn FrameClearer>,
+    /// The writes after free the `poison` debug mode found.
+    #[cfg(feature = "poison")]
+    poison: self::poison::PoisonLog,
 }
 
 impl core::fmt::Debug for Machine<'_> {

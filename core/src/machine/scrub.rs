@@ -5,6 +5,8 @@
 //! and the clear happens once the lock is dropped, before the block reaches its caller.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "poison")]
+use super::WriteAfterFree;
 use super::{AllocFlags, Machine};
 use crate::addr::{Pfn, PhysRange};
 use crate::buddy::Got;
@@ -52,13 +54,60 @@ impl<'a> Machine<'a> {
         n.dirty_pages()
     }
 
-    /// The block of `got`, its dirty part cleared if `flags` ask for zeroed memory.
-    pub(super) fn zeroed(&self, flags: AllocFlags, got: Got) -> Pfn {
-        if flags.contains(AllocFlags::ZERO)
-            && let Some(r) = got.dirty
+    /// The block of `got` (`frames` frames), its dirty part cleared if `flags` ask for zeroed
+    /// memory; in the `poison` debug mode its clean part is checked first.
+    pub(super) fn zeroed(&self, flags: AllocFlags, frames: u64, got: Got) -> Pfn {
+        if let Some(r) = self.checked(got, frames)
+            && flags.contains(AllocFlags::ZERO)
         {
             self.clear_frames(r.start(), r.frames());
         }
         got.pfn
+    }
+
+    /// The part of the block of `got` that may not read as zero: its dirty part.
+    #[cfg(not(feature = "poison"))]
+    fn checked(&self, got: Got, _frames: u64) -> Option<PhysRange> {
+        got.dirty
+    }
+
+    /// The part of the block of `got` (`frames` frames) that may not read as zero: its dirty
+    /// part, or the whole block if a frame of its clean part was written while free (each such
+    /// frame is recorded, see `poison`).
+    #[cfg(feature = "poison")]
+    fn checked(&self, got: Got, frames: u64) -> Option<PhysRange> {
+        let block = PhysRange::new(got.pfn, Pfn::new(got.pfn.get() + frames))?;
+        let Some(c) = self.clearer else {
+            return got.dirty;
+        };
+        let clean = match got.dirty {
+            None => [Some(block), None],
+            Some(d) => [
+                PhysRange::new(block.start(), d.start()),
+                PhysRange::new(d.end(), block.end()),
+            ],
+        };
+        let mut written = false;
+        for mut part in clean.into_iter().flatten() {
+            // A frame outside `part` breaks the platform's promise: the walk stops there.
+            while let Some(p) = c.first_nonzero(part).filter(|&p| part.contains(p)) {
+                self.poison.record(p);
+                written = true;
+                match PhysRange::new(Pfn::new(p.get() + 1), part.end()) {
+                    Some(rest) => part = rest,
+                    None => break,
+                }
+            }
+        }
+        if written { Some(block) } else { got.dirty }
+    }
+
+    /// The writes after free the `poison` debug mode found so far: frames that an allocation
+    /// found holding a nonzero byte while the allocator held them as clean (see
+    /// [`FrameClearer::first_nonzero`](crate::FrameClearer::first_nonzero)). Only frames freed
+    /// clean, scrubbed or booted zeroed are watched; nothing is found without a clearer.
+    #[cfg(feature = "poison")]
+    pub fn writes_after_free(&self) -> WriteAfterFree {
+        self.poison.snapshot()
     }
 }

@@ -6,7 +6,7 @@
 use super::layout::Layout;
 use super::{AllocFlags, Machine};
 use crate::addr::{Order, Pfn, PhysRange};
-use crate::buddy::Hosting;
+use crate::buddy::{Got, Hosting};
 use crate::meta::{Class, Pool, Short};
 use crate::node::{Mark, Refused, Zone, ZoneKind};
 use crate::platform::Mapped;
@@ -128,7 +128,7 @@ impl<'a> Machine<'a> {
             zone.alloc(req.order, mark, req.class(), zero)
         })?;
         self.count(req, node, 1);
-        Some(self.zeroed(req.flags, got))
+        Some(self.zeroed(req.flags, req.order.frames(), got))
     }
 
     /// Grows `zone`'s metadata pool by slabs of `what` (taking their frames from the zone and
@@ -380,15 +380,20 @@ impl<'a> Machine<'a> {
                         continue;
                     }
                     loop {
-                        let zero = req.flags.contains(AllocFlags::ZERO);
+                        // The poison mode checks the clean frames: it needs them told apart.
+                        let split =
+                            req.flags.contains(AllocFlags::ZERO) || cfg!(feature = "poison");
                         let (got, dirty, why) =
-                            zone.alloc_bulk(&mut out[done..], mark, req.class(), zero);
+                            zone.alloc_bulk(&mut out[done..], mark, req.class(), split);
                         if got > 0 {
                             self.count(req, node, got as u64);
                         }
-                        // The zone's lock is dropped: clear the dirty frames it placed last.
-                        for &pfn in &out[done + got - dirty..done + got] {
-                            self.clear_frames(pfn, 1);
+                        // The zone's lock is dropped: clear the dirty frames it placed last (and
+                        // in the poison mode check the clean ones before them).
+                        let clean = got - dirty;
+                        let from = if cfg!(feature = "poison") { 0 } else { clean };
+                        for (i, &pfn) in out[done..done + got].iter().enumerate().skip(from) {
+                            self.zeroed(req.flags, 1, Got::one(pfn, i >= clean));
                         }
                         done += got;
                         match why {
