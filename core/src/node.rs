@@ -171,6 +171,12 @@ impl Zone {
         self.managed.load(Ordering::Relaxed) > 0
     }
 
+    /// Merges the zone's spare pageblocks (wholly free, kept split for the next small
+    /// allocation) back into the buddy.
+    pub(crate) fn release_spares(&self) {
+        self.inner.lock().area.release_spares();
+    }
+
     /// `true` if `range` can join this zone.
     pub(crate) fn can_add(&self, range: PhysRange) -> bool {
         self.inner.lock().area.can_add(range)

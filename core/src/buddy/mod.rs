@@ -861,7 +861,7 @@ impl FreeArea {
     }
 
     /// Merges every spare pageblock back into the buddy; `true` if there was one.
-    fn release_spares(&mut self) -> bool {
+    pub(crate) fn release_spares(&mut self) -> bool {
         let mut any = false;
         for c in Class::ALL {
             if let Some(r) = self.spare[c.index()].take() {

@@ -8,6 +8,7 @@ use super::{AllocFlags, Machine, Request};
 use crate::addr::{Order, Pfn};
 use crate::buddy::Got;
 use crate::error::FreeError;
+use crate::node::ZoneKind;
 use crate::percpu::{Asker, CpuId, PcpConfig, Want};
 use crate::topology::NodeId;
 
@@ -145,11 +146,18 @@ impl<'a> Machine<'a> {
         self.caches.drain_cpu(cpu, self.nodes, |_, _| true);
     }
 
-    /// Drains every CPU's cache.
+    /// Drains every CPU's cache, then merges each zone's spare pageblock (the wholly free one
+    /// it keeps split for the next small allocation) back into the buddy: afterwards free
+    /// memory is as merged as it can be.
     pub fn drain_all(&self) {
         for i in 0..self.caches.len() {
             if let Some(cpu) = self.caches.cpu(i) {
                 self.drain_cpu(cpu);
+            }
+        }
+        for node in self.nodes {
+            for kind in ZoneKind::ALL {
+                node.zone(kind).release_spares();
             }
         }
     }

@@ -343,3 +343,22 @@ fn boot_rejects_bad_layouts() {
         BootError::BadRange { start: Pfn::new(0) }
     );
 }
+
+#[test]
+fn drain_all_merges_free_memory_back_to_its_boot_blocks() {
+    // Freeing a pageblock's last frame keeps it split as its class's spare; after `drain_all`
+    // nothing may stay split, so the free blocks are those of boot again.
+    let spec = Spec::uniform(1, 8 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let before = snapshot(&m);
+    let held: Vec<Pfn> = (0..1200)
+        .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.drain_all();
+    m.check_invariants().unwrap();
+    assert_eq!(snapshot(&m), before);
+}
