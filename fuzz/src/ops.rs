@@ -858,6 +858,17 @@ impl<'m, 'a> Harness<'m, 'a> {
                 (Kind::Small, Via::Huge(_)) if b.order == order => {
                     e == FreeError::NotAllocated { pfn }
                 }
+                // A small frame of a pageblock lent to a CPU: the zone does not know its order
+                // (the CPU's state array does), so it answers as for any frame that is not a
+                // huge page; docs/promises.md allows either.
+                (Kind::Small, Via::Huge(_)) => {
+                    e == FreeError::NotAllocated { pfn }
+                        || e == FreeError::WrongOrder {
+                            pfn,
+                            given: order,
+                            allocated: b.order,
+                        }
+                }
                 _ => {
                     e == FreeError::WrongOrder {
                         pfn,
