@@ -89,7 +89,7 @@ pub use addr::{HugeSize, MAX_ORDER, Order, PAGE_SIZE, Pfn, PhysAddr, PhysRange};
 pub use buddy::{PageblockCounts, PageblockInfo, PageblockKind};
 pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
-pub use machine::{AllocFlags, BootOptions, Machine, MemoryRange};
+pub use machine::{AllocFlags, BootOptions, CpuHandle, Machine, MemoryRange};
 pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;
 pub use node::{HugeCounts, Node, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};

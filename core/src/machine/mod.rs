@@ -11,6 +11,7 @@ mod boot;
 mod check;
 mod cpu;
 mod free;
+mod handle;
 mod hotplug;
 mod huge;
 mod layout;
@@ -29,6 +30,7 @@ use crate::sync::RwLock;
 use crate::topology::{NodeId, NodeMask, Topology};
 use crate::zonelist::FallbackOptions;
 
+pub use self::handle::CpuHandle;
 use self::layout::Layout;
 pub(crate) use self::walk::Request;
 
@@ -208,5 +210,7 @@ impl<'a> Machine<'a> {
 
 #[cfg(test)]
 mod cpu_tests;
+#[cfg(test)]
+mod handle_tests;
 #[cfg(test)]
 mod tests;
