@@ -54,7 +54,7 @@ use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
 use crate::error::{ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
 use crate::node::{Mark, Node, Refused, Zone, ZoneKind};
-use crate::stats::{NumaStat, tally};
+use crate::stats::{Event, NumaStat, tally};
 use crate::sync::{
     AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, spin_loop,
 };
@@ -307,6 +307,17 @@ fn count(events: &mut [EventLines], cpu_node: NodeId, preferred: NodeId, got: No
     });
 }
 
+/// Counts what [`count`] counts for an allocation that preferred and got the CPU's own node,
+/// not interleaved: a hit, local.
+#[inline]
+fn count_local(events: &mut [EventLines], node: NodeId) {
+    if let Some(e) = events.get_mut(node.index() / 8) {
+        let e = &mut e.0[node.index() % 8];
+        e[Event::Hit.index()] += 1;
+        e[Event::Local.index()] += 1;
+    }
+}
+
 /// Fills `states` and the slot's stack from a pageblock the zone lends: runs under the zone
 /// lock, before anyone else can see the pageblock lent.
 fn take_in(slot: &mut Slot, states: &SlotStates, lent: &Lent, key: Key) {
@@ -500,6 +511,7 @@ fn pop_key(pc: &PerCpu<'_>, c: &mut CpuCache<'_>, key: Key, asker: Asker) -> Opt
 
 /// Takes a free frame off a slot: from its stack, else from frames others freed into it;
 /// `true` with it if it may be dirty.
+#[inline]
 fn pop_slot(slot: &mut Slot, states: &SlotStates) -> Option<(Pfn, bool)> {
     if slot.len == 0 {
         // Relaxed: the swaps of remote frees are read below with Acquire.
@@ -647,6 +659,8 @@ impl<'a> Caches<'a> {
             nodes,
             cpu,
             c,
+            asking: None,
+            hot: None,
         })
     }
 
@@ -732,6 +746,7 @@ impl<'a> Caches<'a> {
     /// Frees an order-0 frame from the CPU whose cache `c` is, dirty or clean: into its own
     /// pageblock with one swap (or, `unchecked`, one store), or else says which zone takes it.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn free_at<'n>(
         &self,
         pc: &PerCpu<'_>,
@@ -929,6 +944,20 @@ pub(crate) struct Owned<'m, 'a> {
     nodes: &'m [Node],
     cpu: CpuId,
     c: MutexGuard<'m, CpuCache<'a>>,
+    /// The request the caller is about to make, as [`Owned::pop_hot`] names it (`None`: one
+    /// that does not use the hot slot).
+    asking: Option<u32>,
+    /// Where the last request named `asking` popped a frame of the CPU's own node.
+    hot: Option<Hot>,
+}
+
+/// A slot that served a request of the CPU's own node from the walk's fast path: the same
+/// request tries it first next time, with no walk, while the slot still caches that key.
+#[derive(Clone, Copy, Debug)]
+struct Hot {
+    slot: usize,
+    key: Key,
+    asking: u32,
 }
 
 impl Owned<'_, '_> {
@@ -952,6 +981,37 @@ impl Owned<'_, '_> {
         }
     }
 
+    /// Pops a frame for the request the caller names `asking` (its flags, say) from the slot
+    /// that served it last from the CPU's own node, counting a local hit; `None` (and the
+    /// caller walks, having named `asking` for the next time) if that slot has none or caches
+    /// something else now.
+    ///
+    /// The walk's fast path would pop from the same slot: its zone is still the first of the
+    /// node with memory for the request (zones gain memory by hot-add, never lose it; a zone
+    /// earlier in the list that gains some is used once this slot runs dry).
+    #[inline]
+    pub(crate) fn pop_hot(&mut self, asking: u32) -> Option<(Pfn, bool)> {
+        self.honour();
+        self.asking = Some(asking);
+        let hot = self.hot.filter(|h| h.asking == asking)?;
+        let c = &mut *self.c;
+        let slot = &mut c.slots[hot.slot];
+        if slot.key != Some(hot.key) {
+            self.hot = None;
+            return None;
+        }
+        let got = pop_slot(slot, &self.pc.states[hot.slot])?;
+        c.clock += 1;
+        slot.used = c.clock;
+        count_local(c.events, self.pc.node);
+        Some(got)
+    }
+
+    /// Says the caller's next request does not use the hot slot (see [`Owned::pop_hot`]).
+    pub(crate) fn ask_other(&mut self) {
+        self.asking = None;
+    }
+
     #[cold]
     fn honour_now(&mut self) {
         // Acquire: as in `honour`. Cleared before the drain: a request posted during it is
@@ -963,6 +1023,7 @@ impl Owned<'_, '_> {
     /// Frees an order-0 frame through the cache: see [`Caches::free`]. `unchecked` replaces
     /// the double-free check of a frame of the CPU's own pageblocks by a store (the caller
     /// guarantees the frame is handed out and freed once).
+    #[inline]
     pub(crate) fn free(
         &mut self,
         pfn: Pfn,
@@ -993,7 +1054,20 @@ impl CacheAccess for Owned<'_, '_> {
             zone: zone.kind(),
             class,
         };
-        pop_key(self.pc, &mut self.c, key, asker)
+        let got = pop_key(self.pc, &mut self.c, key, asker)?;
+        if let Some(asking) = self.asking
+            && node == self.pc.node
+            && asker.preferred == node
+            && !asker.interleave
+        {
+            self.hot = self
+                .c
+                .slots
+                .iter()
+                .position(|s| s.key == Some(key))
+                .map(|slot| Hot { slot, key, asking });
+        }
+        Some(got)
     }
 
     fn take(&mut self, want: &Want<'_>, nodes: &[Node], zero: bool) -> Result<Got, Refused> {

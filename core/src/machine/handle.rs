@@ -48,6 +48,16 @@ impl CpuHandle<'_, '_> {
     /// node, from the cache for order 0. `None` when memory runs out.
     #[must_use = "dropping the frame leaks it"]
     pub fn alloc(&mut self, order: Order, flags: AllocFlags) -> Option<Pfn> {
+        // A frame needing zeroing takes the walk, which clears it.
+        if order == Order::ZERO
+            && !flags.contains(AllocFlags::ZERO)
+            && let Some((pfn, _)) = self.own.pop_hot(flags.bits())
+        {
+            return Some(pfn);
+        }
+        if order != Order::ZERO || flags.contains(AllocFlags::ZERO) {
+            self.own.ask_other();
+        }
         let node = self.own.node();
         self.machine
             .walk_cached(&mut self.own, &Request::new(node, node, order, flags))
@@ -82,6 +92,7 @@ impl CpuHandle<'_, '_> {
         self.free_as(pfn, order, false)
     }
 
+    #[inline]
     fn free_as(&mut self, pfn: Pfn, order: Order, dirty: bool) -> Result<(), FreeError> {
         let m = self.machine;
         if order != Order::ZERO {
