@@ -53,7 +53,8 @@ fn one_claim_wins() {
 }
 
 /// The owner claims CPU 0, allocates (its zone lends it the node's pageblock), frees, allocates
-/// again and drops its handle while another thread drains CPU 0: every frame is in the cache,
+/// and frees again, allocates a third time (from the slot the second allocation popped from,
+/// with no walk) and drops its handle while another thread drains CPU 0: every frame is in the cache,
 /// the zone or the owner's hands, never two of them and never lost.
 ///
 /// Every interleaving at three preemptions: 69 executions, well under a second.
@@ -73,8 +74,11 @@ fn drain_races_owner() {
                     let p = h.alloc(Order::ZERO, AllocFlags::empty()).expect("memory");
                     h.free(p, Order::ZERO).expect("own frame");
                     let q = h.alloc(Order::ZERO, AllocFlags::empty()).expect("memory");
+                    h.free(q, Order::ZERO).expect("own frame");
+                    // From the slot the last allocation popped from, unless a drain emptied it.
+                    let r = h.alloc(Order::ZERO, AllocFlags::empty()).expect("memory");
                     drop(h);
-                    q.get()
+                    r.get()
                 }
             },
             || m.drain_cpu(c0),

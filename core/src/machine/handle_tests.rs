@@ -147,3 +147,40 @@ fn a_handle_gives_its_own_cache_back_under_pressure() {
     assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
     m.check_invariants().unwrap();
 }
+
+#[test]
+fn the_hot_slot_follows_drains_and_flags() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let c0 = m.cpu(0).unwrap();
+    let free0 = m.node(n(0)).unwrap().free_pages();
+    let mut h = m.claim_cpu(c0).unwrap();
+    // The first allocation lends a pageblock, the second pops from it and makes it hot, the
+    // third pops from the hot slot: LIFO, the same frame each time.
+    let p = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    h.free(p, Order::ZERO).unwrap();
+    assert_eq!(h.alloc(Order::ZERO, AllocFlags::empty()), Some(p));
+    h.free(p, Order::ZERO).unwrap();
+    assert_eq!(h.alloc(Order::ZERO, AllocFlags::empty()), Some(p));
+    let lent = m.node(n(0)).unwrap().free_pages();
+    // Another class does not use the hot slot: it gets a pageblock of its own.
+    let s = h.alloc(Order::ZERO, AllocFlags::SHORT_LIVED).unwrap();
+    assert!(
+        m.node(n(0)).unwrap().free_pages() < lent,
+        "a second pageblock"
+    );
+    // A drain empties the hot slot: the next allocation walks and a pageblock is lent again.
+    let before = m.node(n(0)).unwrap().free_pages();
+    m.drain_all();
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), before, "only a request");
+    let q = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    m.check_invariants().unwrap();
+    for f in [p, q, s] {
+        h.free(f, Order::ZERO).unwrap();
+    }
+    drop(h);
+    m.drain_all();
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
+    m.check_invariants().unwrap();
+}
