@@ -171,6 +171,34 @@ impl_error!(
     write!(f, "entry {}: {}", self.index, self.error)
 );
 
+/// Claiming a CPU's cache ([`Machine::claim_cpu`](crate::Machine::claim_cpu)) failed; nothing
+/// was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ClaimError {
+    /// No CPU with this index was registered at boot.
+    UnknownCpu {
+        /// The CPU index.
+        cpu: u32,
+    },
+    /// A live handle already holds this CPU's cache.
+    Claimed {
+        /// The CPU index.
+        cpu: u32,
+    },
+}
+
+impl_error!(
+    ClaimError,
+    self,
+    f,
+    match self {
+        ClaimError::UnknownCpu { cpu } => write!(f, "cpu {cpu} was not registered at boot"),
+        ClaimError::Claimed { cpu } => write!(f, "cpu {cpu} is already claimed by a live handle"),
+    }
+);
+
 /// A memory policy or interleave weight was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

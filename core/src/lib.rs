@@ -91,7 +91,9 @@ pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
 #[cfg(feature = "poison")]
 pub use machine::WriteAfterFree;
-pub use machine::{AllocFlags, BootOptions, Machine, MemoryRange, REPORT_CAPACITY, Reported};
+pub use machine::{
+    AllocFlags, BootOptions, CpuHandle, Machine, MemoryRange, REPORT_CAPACITY, Reported,
+};
 pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;
 pub use node::{HugeCounts, Node, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};

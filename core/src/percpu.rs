@@ -12,15 +12,38 @@
 //! pageblock also holds, so the state array and the zone's planes never disagree about who owns
 //! what. Numastat events of cached traffic are counted per CPU and summed when numastat is read.
 //!
-//! Two promises need care with concurrency:
-//! - *Turning caching off is a barrier.* Every operation reads the tuning under its cache lock,
-//!   and [`Machine::set_pcp`](crate::Machine::set_pcp) gives back every pageblock (taking each
-//!   lock) after storing it, so when it returns no CPU holds one and none will.
-//! - *Cached frames do not make an allocation fail.* A walk that failed raises the caches'
-//!   pressure count before it makes every CPU give back the pageblocks its walk could use, and
-//!   retries; while pressure is raised no CPU takes a new pageblock.
+//! A CPU's cache is reached in one of two ways. Through its lock (`Shared`), one operation at
+//! a time, by the locked API (`Machine::alloc_cpu`, `free_cpu`). Or through a claim
+//! (`Owned`, behind [`CpuHandle`](crate::CpuHandle)): one atomic sets the cache's `CLAIMED` bit, the claim then
+//! takes the cache lock and holds it until the handle drops, so the handle's operations take no
+//! lock at all. While a handle holds a cache, the locked API of its CPU goes around the cache
+//! (allocations straight from the zones, frees under the zone lock, as another CPU's would),
+//! and remote drains post a `REQUEST` bit instead of waiting for a lock that may never be given
+//! up. The request and the claim are bits of one atomic, so a drain either sees the claim (and
+//! the handle, at the latest when it drops, sees the request) or sees it gone and drains
+//! directly. The handle honours a request before each operation (one plain load when there is
+//! none) by giving back every pageblock.
 //!
-//! Lock order: a CPU's cache lock, then one zone lock (see `sync`).
+//! Two promises need care with concurrency:
+//! - *Turning caching off is a barrier.* Every operation reads the tuning under its cache lock
+//!   or claim, and [`Machine::set_pcp`](crate::Machine::set_pcp) gives back every unclaimed
+//!   cache's pageblocks (taking each lock) after storing it, so when it returns no unclaimed CPU
+//!   holds one and none will. A claimed CPU gives its pageblocks back at its next operation, or
+//!   when its handle drops, whichever comes first, and takes none after that.
+//! - *Cached frames do not make an allocation fail*, with one exception. A walk that failed
+//!   raises the caches' pressure count before it makes every CPU give back the pageblocks its
+//!   walk could use, and retries; while pressure is raised no CPU takes a new pageblock. A walk
+//!   of a handle posts the request to itself and honours it in its own retry. But the frames
+//!   cached on *another* claimed CPU come back only at that CPU's next operation or drop: a
+//!   failing walk does not wait for it (the handle may be idle, or held by the failing thread).
+//!   So an allocation may fail while up to four pageblocks stay cached on each idle claimed
+//!   CPU.
+//!
+//! Numastat, `cached_pages` and the invariant check read unclaimed caches only: a claimed
+//! CPU's cached events and frames are left out until its handle drops.
+//!
+//! Lock order: a CPU's cache lock (held by a handle for its whole life), then one zone lock
+//! (see `sync`).
 #![deny(unsafe_code)]
 
 use core::fmt;
@@ -28,11 +51,13 @@ use core::fmt;
 use crate::addr::{Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
 use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
-use crate::error::{FreeError, InvariantError};
+use crate::error::{ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
 use crate::node::{Mark, Node, Refused, Zone, ZoneKind};
-use crate::stats::{NumaStat, tally};
-use crate::sync::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::stats::{Event, NumaStat, tally};
+use crate::sync::{
+    AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, spin_loop,
+};
 use crate::topology::NodeId;
 
 /// The most frames a tuning counts: a whole pageblock.
@@ -232,6 +257,8 @@ pub(crate) struct PerCpu<'a> {
     node: NodeId,
     states: &'a [SlotStates],
     cache: Mutex<CpuCache<'a>>,
+    /// [`claim`] bits: whether a handle holds `cache`, and whether a drain waits for it.
+    flags: AtomicU8,
 }
 
 impl<'a> PerCpu<'a> {
@@ -249,6 +276,7 @@ impl<'a> PerCpu<'a> {
                 last: None,
                 clock: 0,
             }),
+            flags: AtomicU8::new(0),
         }
     }
 }
@@ -277,6 +305,17 @@ fn count(events: &mut [EventLines], cpu_node: NodeId, preferred: NodeId, got: No
             e.0[node.index() % 8][event.index()] += n;
         }
     });
+}
+
+/// Counts what [`count`] counts for an allocation that preferred and got the CPU's own node,
+/// not interleaved: a hit, local.
+#[inline]
+fn count_local(events: &mut [EventLines], node: NodeId) {
+    if let Some(e) = events.get_mut(node.index() / 8) {
+        let e = &mut e.0[node.index() % 8];
+        e[Event::Hit.index()] += 1;
+        e[Event::Local.index()] += 1;
+    }
 }
 
 /// Fills `states` and the slot's stack from a pageblock the zone lends: runs under the zone
@@ -351,6 +390,14 @@ fn planes_of(states: &SlotStates) -> (Plane, Plane, bool) {
     (alloc, extra, dirty)
 }
 
+/// Bits of [`PerCpu::flags`].
+mod claim {
+    /// A handle holds the cache (it holds the cache lock for as long as it lives).
+    pub(super) const CLAIMED: u8 = 1;
+    /// A remote drain asked the handle to give back every pageblock.
+    pub(super) const REQUEST: u8 = 2;
+}
+
 /// Every CPU's cache, the tuning they share, and the pressure flag.
 #[derive(Debug)]
 pub(crate) struct Caches<'a> {
@@ -359,6 +406,178 @@ pub(crate) struct Caches<'a> {
     tuning: AtomicU64,
     /// Walks that drained the caches and are retrying; see the module doc.
     pressure: AtomicUsize,
+}
+
+/// A CPU's way into its cache: through its lock ([`Shared`]) or through a claim ([`Owned`]).
+pub(crate) trait CacheAccess {
+    /// Pops a free frame of the pageblock the CPU holds for (node, zone, class), if it has one,
+    /// counting the event, and says whether it may be dirty. Takes no zone lock.
+    fn pop(&mut self, node: NodeId, zone: &Zone, class: Class, asker: Asker)
+    -> Option<(Pfn, bool)>;
+
+    /// Takes an order-0 frame of `want`'s zone: from the CPU's pageblock, else from a new
+    /// pageblock its zone lends above the mark, else (caching off, under pressure, or from
+    /// the reserves) one frame straight from the zone. Counts the event. `zero` prefers a
+    /// clean frame where the zone picks it.
+    fn take(&mut self, want: &Want<'_>, nodes: &[Node], zero: bool) -> Result<Got, Refused>;
+}
+
+/// A CPU's cache reached through its lock, one operation at a time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shared<'m, 'a> {
+    pub(crate) caches: &'m Caches<'a>,
+    pub(crate) cpu: CpuId,
+}
+
+impl CacheAccess for Shared<'_, '_> {
+    fn pop(
+        &mut self,
+        node: NodeId,
+        zone: &Zone,
+        class: Class,
+        asker: Asker,
+    ) -> Option<(Pfn, bool)> {
+        let pc = self.caches.cpus.get(self.cpu.index())?;
+        let mut c = lock_unclaimed(pc)?;
+        let key = Key {
+            node,
+            zone: zone.kind(),
+            class,
+        };
+        pop_key(pc, &mut c, key, asker)
+    }
+
+    fn take(&mut self, want: &Want<'_>, nodes: &[Node], zero: bool) -> Result<Got, Refused> {
+        let pc = self
+            .caches
+            .cpus
+            .get(self.cpu.index())
+            .ok_or(Refused::Empty)?;
+        match lock_unclaimed(pc) {
+            Some(mut c) => self.caches.take_at(self.cpu, pc, &mut c, want, nodes, zero),
+            None => {
+                // A handle holds the cache: straight from the zone, counted in the nodes.
+                let got =
+                    want.node
+                        .zone(want.kind)
+                        .alloc(Order::ZERO, want.mark, want.class, zero)?;
+                tally(
+                    pc.node,
+                    want.asker.preferred,
+                    want.node.id(),
+                    1,
+                    want.asker.interleave,
+                    |node, event, n| {
+                        if let Some(x) = nodes.get(node.index()) {
+                            x.stats().add(event, n);
+                        }
+                    },
+                );
+                Ok(got)
+            }
+        }
+    }
+}
+
+/// The cache of a CPU that no handle holds, locked; `None` if a handle holds it.
+fn lock_unclaimed<'c, 'a>(pc: &'c PerCpu<'a>) -> Option<MutexGuard<'c, CpuCache<'a>>> {
+    loop {
+        if let Some(c) = pc.cache.try_lock() {
+            return Some(c);
+        }
+        // Relaxed: this only decides whether to wait; the lock orders the cache's contents.
+        if pc.flags.load(Ordering::Relaxed) & claim::CLAIMED != 0 {
+            return None;
+        }
+        spin_loop();
+    }
+}
+
+/// Pops a frame for `key` from the CPU's slots, counting the event.
+fn pop_key(pc: &PerCpu<'_>, c: &mut CpuCache<'_>, key: Key, asker: Asker) -> Option<(Pfn, bool)> {
+    let i = c.slots.iter().position(|s| s.key == Some(key))?;
+    let pfn = pop_slot(&mut c.slots[i], &pc.states[i])?;
+    c.clock += 1;
+    c.slots[i].used = c.clock;
+    count(
+        c.events,
+        pc.node,
+        asker.preferred,
+        key.node,
+        asker.interleave,
+    );
+    Some(pfn)
+}
+
+/// Takes a free frame off a slot: from its stack, else from frames others freed into it;
+/// `true` with it if it may be dirty.
+#[inline]
+fn pop_slot(slot: &mut Slot, states: &SlotStates) -> Option<(Pfn, bool)> {
+    if slot.len == 0 {
+        // Relaxed: the swaps of remote frees are read below with Acquire.
+        if states.remote.swap(0, Ordering::Relaxed) == 0 {
+            return None;
+        }
+        // The stack is empty, so every free byte is one that others freed.
+        for i in 0..FRAMES {
+            // Acquire: pairs with the Release of a remote free's swap, so the frame is
+            // handed out after its last owner's writes.
+            if state::is_free(states.states[i].load(Ordering::Acquire)) {
+                slot.stack[slot.len] = i as u16;
+                slot.len += 1;
+            }
+        }
+    }
+    slot.len = slot.len.checked_sub(1)?;
+    let off = usize::from(slot.stack[slot.len]);
+    // Only the owner changes a free frame's byte, so nothing races this swap but it reads
+    // the frame's dirty state; a free of the frame from now on swaps it back (Relaxed: the
+    // frame's contents are ordered by whoever hands the frame to its next user).
+    let was = states.states[off].swap(state::HELD, Ordering::Relaxed);
+    Some((
+        Pfn::new(slot.base.get() + off as u64),
+        was != state::FREE_CLEAN,
+    ))
+}
+
+/// Gives a slot's pageblock back to its zone.
+fn give_back(slot: &mut Slot, states: &SlotStates, nodes: &[Node]) {
+    let Some(key) = slot.key.take() else {
+        return;
+    };
+    let Some(node) = nodes.get(key.node.index()) else {
+        return;
+    };
+    slot.len = 0;
+    node.zone(key.zone).take_back(slot.r, || planes_of(states));
+}
+
+/// Gives back the pageblocks of the (node, zone) pairs `wanted` accepts; returns how many
+/// free frames they had.
+fn drain_slots(
+    pc: &PerCpu<'_>,
+    c: &mut CpuCache<'_>,
+    nodes: &[Node],
+    wanted: impl Fn(NodeId, ZoneKind) -> bool,
+) -> u64 {
+    let mut frames = 0;
+    for i in 0..SLOTS {
+        if let Some(k) = c.slots[i].key
+            && wanted(k.node, k.zone)
+        {
+            frames += free_frames(&pc.states[i]);
+            give_back(&mut c.slots[i], &pc.states[i], nodes);
+        }
+    }
+    frames
+}
+
+/// Where a free from a CPU goes.
+enum Dest<'n> {
+    /// Into one of the CPU's own pageblocks: done.
+    Cached,
+    /// To the frame's zone, under its lock.
+    Zone(&'n Zone),
 }
 
 impl<'a> Caches<'a> {
@@ -392,19 +611,21 @@ impl<'a> Caches<'a> {
     }
 
     /// The tuning if caches may take pageblocks now (caching on, no walk retrying under
-    /// pressure). Read under a cache lock, so that `set_tuning` and a pressure drain, which
-    /// take every cache lock after changing these, order against it.
+    /// pressure). Read under a cache lock or claim, so that `set_tuning` and a pressure drain,
+    /// which drain every cache (or post a request its handle honours first) after changing
+    /// these, order against it.
     fn caching(&self) -> Option<PcpConfig> {
-        // Relaxed: ordered by the cache lock held by the caller (see the module doc).
+        // Relaxed: ordered by the cache lock held by the caller, or by the Acquire load of a
+        // claimed cache's request (see the module doc).
         let c = PcpConfig::unpack(self.tuning.load(Ordering::Relaxed));
         (c.high != 0 && self.pressure.load(Ordering::Relaxed) == 0).then_some(c)
     }
 
-    /// Replaces the tuning and gives back every pageblock: when this returns, every operation
-    /// sees the new tuning.
+    /// Replaces the tuning and gives back every pageblock of every unclaimed cache, and asks
+    /// every handle to give back its own before its next operation.
     pub(crate) fn set_tuning(&self, config: PcpConfig, nodes: &[Node]) {
-        // Relaxed: each cache lock taken by the drain below orders this store before every
-        // operation that runs after it on that cache.
+        // Relaxed: each cache lock taken by the drain below, or the Release of a request it
+        // posts, orders this store before every operation that runs after it on that cache.
         self.tuning
             .store(config.clamped().pack(), Ordering::Relaxed);
         for i in 0..self.cpus.len() {
@@ -412,68 +633,43 @@ impl<'a> Caches<'a> {
         }
     }
 
-    /// Pops a free frame of the pageblock `cpu` holds for (node, zone, class), if it has one,
-    /// counting the event, and says whether it may be dirty. Takes no zone lock.
-    pub(crate) fn pop(
-        &self,
+    /// Claims `cpu`'s cache for a handle: it holds the cache lock until it drops.
+    ///
+    /// # Errors
+    /// [`ClaimError::UnknownCpu`], or [`ClaimError::Claimed`] while another handle lives.
+    pub(crate) fn claim<'m>(
+        &'m self,
         cpu: CpuId,
-        node: NodeId,
-        zone: &Zone,
-        class: Class,
-        asker: Asker,
-    ) -> Option<(Pfn, bool)> {
-        let pc = self.cpus.get(cpu.index())?;
-        let mut c = pc.cache.lock();
-        let key = Key {
-            node,
-            zone: zone.kind(),
-            class,
-        };
-        let i = c.slots.iter().position(|s| s.key == Some(key))?;
-        let pfn = Self::pop_slot(&mut c.slots[i], &pc.states[i])?;
-        c.clock += 1;
-        c.slots[i].used = c.clock;
-        count(c.events, pc.node, asker.preferred, node, asker.interleave);
-        Some(pfn)
-    }
-
-    /// Takes a free frame off a slot: from its stack, else from frames others freed into it;
-    /// `true` with it if it may be dirty.
-    fn pop_slot(slot: &mut Slot, states: &SlotStates) -> Option<(Pfn, bool)> {
-        if slot.len == 0 {
-            // Relaxed: the swaps of remote frees are read below with Acquire.
-            if states.remote.swap(0, Ordering::Relaxed) == 0 {
-                return None;
-            }
-            // The stack is empty, so every free byte is one that others freed.
-            for i in 0..FRAMES {
-                // Acquire: pairs with the Release of a remote free's swap, so the frame is
-                // handed out after its last owner's writes.
-                if state::is_free(states.states[i].load(Ordering::Acquire)) {
-                    slot.stack[slot.len] = i as u16;
-                    slot.len += 1;
-                }
-            }
+        nodes: &'m [Node],
+    ) -> Result<Owned<'m, 'a>, ClaimError> {
+        let pc = self
+            .cpus
+            .get(cpu.index())
+            .ok_or(ClaimError::UnknownCpu { cpu: cpu.0 })?;
+        // Relaxed: only one claim can set the bit; the cache lock taken next orders the
+        // cache's contents.
+        if pc.flags.fetch_or(claim::CLAIMED, Ordering::Relaxed) & claim::CLAIMED != 0 {
+            return Err(ClaimError::Claimed { cpu: cpu.0 });
         }
-        slot.len = slot.len.checked_sub(1)?;
-        let off = usize::from(slot.stack[slot.len]);
-        // Only the owner changes a free frame's byte, so nothing races this swap but it reads
-        // the frame's dirty state; a free of the frame from now on swaps it back (Relaxed: the
-        // frame's contents are ordered by whoever hands the frame to its next user).
-        let was = states.states[off].swap(state::HELD, Ordering::Relaxed);
-        Some((
-            Pfn::new(slot.base.get() + off as u64),
-            was != state::FREE_CLEAN,
-        ))
+        // A remote drain or an operation of the locked API may hold the lock for a moment.
+        let c = pc.cache.lock();
+        Ok(Owned {
+            caches: self,
+            pc,
+            nodes,
+            cpu,
+            c,
+            asking: None,
+            hot: None,
+        })
     }
 
-    /// Takes an order-0 frame of `zone` on `node` for `cpu` and `class`: from its pageblock,
-    /// else from a new pageblock its zone lends above `mark`, else (caching off, under
-    /// pressure, or from the reserves) one frame straight from the zone. Counts the event.
-    /// `zero` prefers a clean frame where the zone picks it.
-    pub(crate) fn take(
+    /// Takes an order-0 frame for `cpu`, whose cache `c` is: see [`CacheAccess::take`].
+    fn take_at(
         &self,
         cpu: CpuId,
+        pc: &PerCpu<'_>,
+        c: &mut CpuCache<'_>,
         want: &Want<'_>,
         nodes: &[Node],
         zero: bool,
@@ -485,9 +681,7 @@ impl<'a> Caches<'a> {
             class,
             asker,
         } = *want;
-        let pc = self.cpus.get(cpu.index()).ok_or(Refused::Empty)?;
         let zone = node.zone(kind);
-        let mut c = pc.cache.lock();
         let key = Key {
             node: node.id(),
             zone: kind,
@@ -495,7 +689,7 @@ impl<'a> Caches<'a> {
         };
         let held = c.slots.iter().position(|s| s.key == Some(key));
         if let Some(i) = held
-            && let Some((pfn, dirty)) = Self::pop_slot(&mut c.slots[i], &pc.states[i])
+            && let Some((pfn, dirty)) = pop_slot(&mut c.slots[i], &pc.states[i])
         {
             count(
                 c.events,
@@ -514,7 +708,7 @@ impl<'a> Caches<'a> {
                 let i = held
                     .or_else(|| c.slots.iter().position(|s| s.key.is_none()))
                     .unwrap_or_else(|| (0..SLOTS).min_by_key(|&i| c.slots[i].used).unwrap_or(0));
-                Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
+                give_back(&mut c.slots[i], &pc.states[i], nodes);
                 let slot = &mut c.slots[i];
                 let states = &pc.states[i];
                 let lend_min = LEND_MIN.min(config.high.min(u32::from(u16::MAX)) as u16);
@@ -532,7 +726,7 @@ impl<'a> Caches<'a> {
                         c.clock += 1;
                         c.slots[i].used = c.clock;
                         let (pfn, dirty) =
-                            Self::pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?;
+                            pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?;
                         frame(pfn, dirty)
                     }
                 }
@@ -549,21 +743,64 @@ impl<'a> Caches<'a> {
         Ok(pfn)
     }
 
-    /// Gives a slot's pageblock back to its zone.
-    fn give_back(slot: &mut Slot, states: &SlotStates, nodes: &[Node]) {
-        let Some(key) = slot.key.take() else {
-            return;
-        };
-        let Some(node) = nodes.get(key.node.index()) else {
-            return;
-        };
-        slot.len = 0;
-        node.zone(key.zone).take_back(slot.r, || planes_of(states));
+    /// Frees an order-0 frame from the CPU whose cache `c` is, dirty or clean: into its own
+    /// pageblock with one swap (or, `unchecked`, one store), or else says which zone takes it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn free_at<'n>(
+        &self,
+        pc: &PerCpu<'_>,
+        c: &mut CpuCache<'_>,
+        pfn: Pfn,
+        nodes: &'n [Node],
+        locate: impl FnOnce(Pfn) -> Option<LastSpan>,
+        dirty: bool,
+        unchecked: bool,
+    ) -> Result<Dest<'n>, FreeError> {
+        if let Some((i, off)) = (0..SLOTS).find_map(|i| Some((i, c.slots[i].holds(pfn)?))) {
+            let byte = &pc.states[i].states[off];
+            if unchecked {
+                // Release: as below. The caller guarantees the frame is handed out and that no
+                // other free of it runs, so no other writer races this store.
+                byte.store(freed(dirty), Ordering::Release);
+            } else if let Err(found) = byte.compare_exchange(
+                state::HELD,
+                freed(dirty),
+                // AcqRel: the winner of two frees of one frame is decided here; Release orders
+                // the frame's last writes before its next allocation.
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                return Err(misuse(found, pfn, 0));
+            }
+            let slot = &mut c.slots[i];
+            // Full only if an unchecked free broke its contract: the frame then waits in the
+            // array for the next rescan.
+            if let Some(top) = slot.stack.get_mut(slot.len) {
+                *top = off as u16;
+                slot.len += 1;
+            }
+            let high = self.caching().map_or(0, |t| t.high as usize);
+            if slot.len > high {
+                give_back(&mut c.slots[i], &pc.states[i], nodes);
+            }
+            return Ok(Dest::Cached);
+        }
+        if !c.last.as_ref().is_some_and(|l| l.range.contains(pfn)) {
+            c.last = Some(locate(pfn).ok_or(FreeError::Foreign { pfn })?);
+        }
+        let last = c.last.ok_or(FreeError::Foreign { pfn })?;
+        let zone = nodes
+            .get(last.node.index())
+            .ok_or(FreeError::Foreign { pfn })?
+            .zone(last.zone);
+        Ok(Dest::Zone(zone))
     }
 
     /// Frees an order-0 frame from `cpu`, dirty or clean: into its own pageblock with one
     /// swap, or to its zone (under the zone lock) when another CPU holds it or nobody does.
     /// `locate` finds the span of a frame outside the CPU's last one (it takes no lock).
+    /// When a handle holds `cpu`'s cache, this is a free from elsewhere: to the zone.
     pub(crate) fn free(
         &self,
         cpu: CpuId,
@@ -576,43 +813,26 @@ impl<'a> Caches<'a> {
             .cpus
             .get(cpu.index())
             .ok_or(FreeError::UnknownCpu { cpu: cpu.0 })?;
-        let mut c = pc.cache.lock();
-        if let Some(i) = c.slots.iter().position(|s| s.holds(pfn).is_some()) {
-            let off = c.slots[i].holds(pfn).unwrap_or(0);
-            let states = &pc.states[i];
-            // AcqRel: the winner of two frees of one frame is decided here; Release orders the
-            // frame's last writes before its next allocation.
-            if let Err(found) = states.states[off].compare_exchange(
-                state::HELD,
-                freed(dirty),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                return Err(misuse(found, pfn, 0));
+        let zone = match lock_unclaimed(pc) {
+            Some(mut c) => match self.free_at(pc, &mut c, pfn, nodes, locate, dirty, false)? {
+                Dest::Cached => return Ok(()),
+                Dest::Zone(zone) => zone,
+            },
+            None => {
+                let last = locate(pfn).ok_or(FreeError::Foreign { pfn })?;
+                nodes
+                    .get(last.node.index())
+                    .ok_or(FreeError::Foreign { pfn })?
+                    .zone(last.zone)
             }
-            let slot = &mut c.slots[i];
-            slot.stack[slot.len] = off as u16;
-            slot.len += 1;
-            let high = self.caching().map_or(0, |t| t.high as usize);
-            if slot.len > high {
-                Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
-            }
-            return Ok(());
-        }
-        if !c.last.as_ref().is_some_and(|l| l.range.contains(pfn)) {
-            c.last = Some(locate(pfn).ok_or(FreeError::Foreign { pfn })?);
-        }
-        let last = c.last.ok_or(FreeError::Foreign { pfn })?;
-        let zone = nodes
-            .get(last.node.index())
-            .ok_or(FreeError::Foreign { pfn })?
-            .zone(last.zone);
-        drop(c);
+        };
         zone.free(pfn, Order::ZERO, self, dirty)
     }
 
     /// Gives back to their zones the pageblocks `cpu` holds for the (node, zone) pairs `wanted`
-    /// accepts; returns how many free frames they had.
+    /// accepts, and returns how many free frames they had. When a handle holds the cache, it
+    /// posts a request instead, which the handle honours (giving back every pageblock) before
+    /// its next operation or when it drops, and returns 0.
     pub(crate) fn drain_cpu(
         &self,
         cpu: CpuId,
@@ -622,31 +842,33 @@ impl<'a> Caches<'a> {
         let Some(pc) = self.cpus.get(cpu.index()) else {
             return 0;
         };
-        let mut c = pc.cache.lock();
-        let mut frames = 0;
-        for i in 0..SLOTS {
-            if let Some(k) = c.slots[i].key
-                && wanted(k.node, k.zone)
-            {
-                frames += free_frames(&pc.states[i]);
-                Self::give_back(&mut c.slots[i], &pc.states[i], nodes);
+        loop {
+            if let Some(mut c) = lock_unclaimed(pc) {
+                return drain_slots(pc, &mut c, nodes, &wanted);
+            }
+            // Release: the tuning or pressure stored before this drain is seen by the handle
+            // once its Acquire load finds the request. The request is in the same atomic as the
+            // claim, so either this sees the claim (and the handle, at the latest when it
+            // drops, sees the request) or the handle is gone and the lock is tried again.
+            if pc.flags.fetch_or(claim::REQUEST, Ordering::Release) & claim::CLAIMED != 0 {
+                return 0;
             }
         }
-        frames
     }
 
     /// Runs `retry` under pressure after every CPU gave back the pageblocks of the (node, zone)
-    /// pairs `wanted` accepts. The retry runs even if this drain found nothing: another CPU may
-    /// have given its frames back meanwhile (its own free under raised pressure, or another
-    /// failing walk's drain).
+    /// pairs `wanted` accepts (a claimed CPU gets a request; see the module doc). The retry
+    /// runs even if this drain found nothing: another CPU may have given its frames back
+    /// meanwhile (its own free under raised pressure, or another failing walk's drain).
     pub(crate) fn under_pressure<R>(
         &self,
         nodes: &[Node],
         wanted: impl Fn(NodeId, ZoneKind) -> bool,
         retry: impl FnOnce() -> R,
     ) -> R {
-        // Relaxed: the drain below takes every cache lock after this, which orders the raised
-        // pressure before any later take on that cache (see `caching`).
+        // Relaxed: the drain below takes every cache lock (or posts a Release request) after
+        // this, which orders the raised pressure before any later take on that cache (see
+        // `caching`).
         self.pressure.fetch_add(1, Ordering::Relaxed);
         for i in 0..self.cpus.len() {
             self.drain_cpu(CpuId(i as u32), nodes, &wanted);
@@ -656,35 +878,40 @@ impl<'a> Caches<'a> {
         r
     }
 
-    /// Free frames held in all caches (allocated as far as their zones know).
+    /// Free frames held in all unclaimed caches (allocated as far as their zones know).
     pub(crate) fn cached_pages(&self) -> u64 {
         self.cpus
             .iter()
-            .map(|pc| {
-                let c = pc.cache.lock();
-                (0..SLOTS)
-                    .filter(|&i| c.slots[i].key.is_some())
-                    .map(|i| free_frames(&pc.states[i]))
-                    .sum::<u64>()
+            .filter_map(|pc| {
+                let c = lock_unclaimed(pc)?;
+                Some(
+                    (0..SLOTS)
+                        .filter(|&i| c.slots[i].key.is_some())
+                        .map(|i| free_frames(&pc.states[i]))
+                        .sum::<u64>(),
+                )
             })
             .sum()
     }
 
-    /// Adds the numastat events that CPUs counted for `node` in their caches.
+    /// Adds the numastat events that unclaimed CPUs counted for `node` in their caches.
     pub(crate) fn events(&self, node: NodeId, into: &mut NumaStat) {
         for pc in self.cpus {
-            let c = pc.cache.lock();
-            if let Some(e) = c.events.get(node.index() / 8) {
+            if let Some(c) = lock_unclaimed(pc)
+                && let Some(e) = c.events.get(node.index() / 8)
+            {
                 into.add_counts(&e.0[node.index() % 8]);
             }
         }
     }
 
-    /// Walks every CPU's slots: each stack lists distinct frames that are free in its state
-    /// array, inside the pageblock.
+    /// Walks every unclaimed CPU's slots: each stack lists distinct frames that are free in
+    /// its state array, inside the pageblock.
     pub(crate) fn check(&self) -> Result<(), InvariantError> {
         for pc in self.cpus {
-            let c = pc.cache.lock();
+            let Some(c) = lock_unclaimed(pc) else {
+                continue;
+            };
             for (i, slot) in c.slots.iter().enumerate() {
                 if slot.key.is_none() {
                     continue;
@@ -704,6 +931,159 @@ impl<'a> Caches<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// A CPU's cache held by a handle: it holds the cache lock from its claim until it drops, so
+/// its operations take no lock. Remote drains post a request in `flags` that it honours
+/// before each operation (a plain load when there is none) and when it drops.
+#[derive(Debug)]
+pub(crate) struct Owned<'m, 'a> {
+    caches: &'m Caches<'a>,
+    pc: &'m PerCpu<'a>,
+    nodes: &'m [Node],
+    cpu: CpuId,
+    c: MutexGuard<'m, CpuCache<'a>>,
+    /// The request the caller is about to make, as [`Owned::pop_hot`] names it (`None`: one
+    /// that does not use the hot slot).
+    asking: Option<u32>,
+    /// Where the last request named `asking` popped a frame of the CPU's own node.
+    hot: Option<Hot>,
+}
+
+/// A slot that served a request of the CPU's own node from the walk's fast path: the same
+/// request tries it first next time, with no walk, while the slot still caches that key.
+#[derive(Clone, Copy, Debug)]
+struct Hot {
+    slot: usize,
+    key: Key,
+    asking: u32,
+}
+
+impl Owned<'_, '_> {
+    /// The claimed CPU.
+    pub(crate) fn cpu(&self) -> CpuId {
+        self.cpu
+    }
+
+    /// The claimed CPU's node.
+    pub(crate) fn node(&self) -> NodeId {
+        self.pc.node
+    }
+
+    /// Gives back every pageblock if a remote drain asked for it.
+    #[inline]
+    fn honour(&mut self) {
+        // Acquire: pairs with the Release of the request, so the tuning and pressure stored
+        // before it are seen by this operation.
+        if self.pc.flags.load(Ordering::Acquire) & claim::REQUEST != 0 {
+            self.honour_now();
+        }
+    }
+
+    /// Pops a frame for the request the caller names `asking` (its flags, say) from the slot
+    /// that served it last from the CPU's own node, counting a local hit; `None` (and the
+    /// caller walks, having named `asking` for the next time) if that slot has none or caches
+    /// something else now.
+    ///
+    /// The walk's fast path would pop from the same slot: its zone is still the first of the
+    /// node with memory for the request (zones gain memory by hot-add, never lose it; a zone
+    /// earlier in the list that gains some is used once this slot runs dry).
+    #[inline]
+    pub(crate) fn pop_hot(&mut self, asking: u32) -> Option<(Pfn, bool)> {
+        self.honour();
+        self.asking = Some(asking);
+        let hot = self.hot.filter(|h| h.asking == asking)?;
+        let c = &mut *self.c;
+        let slot = &mut c.slots[hot.slot];
+        if slot.key != Some(hot.key) {
+            self.hot = None;
+            return None;
+        }
+        let got = pop_slot(slot, &self.pc.states[hot.slot])?;
+        c.clock += 1;
+        slot.used = c.clock;
+        count_local(c.events, self.pc.node);
+        Some(got)
+    }
+
+    /// Says the caller's next request does not use the hot slot (see [`Owned::pop_hot`]).
+    pub(crate) fn ask_other(&mut self) {
+        self.asking = None;
+    }
+
+    #[cold]
+    fn honour_now(&mut self) {
+        // Acquire: as in `honour`. Cleared before the drain: a request posted during it is
+        // honoured next time.
+        self.pc.flags.fetch_and(!claim::REQUEST, Ordering::Acquire);
+        drain_slots(self.pc, &mut self.c, self.nodes, |_, _| true);
+    }
+
+    /// Frees an order-0 frame through the cache: see [`Caches::free`]. `unchecked` replaces
+    /// the double-free check of a frame of the CPU's own pageblocks by a store (the caller
+    /// guarantees the frame is handed out and freed once).
+    #[inline]
+    pub(crate) fn free(
+        &mut self,
+        pfn: Pfn,
+        locate: impl FnOnce(Pfn) -> Option<LastSpan>,
+        dirty: bool,
+        unchecked: bool,
+    ) -> Result<(), FreeError> {
+        self.honour();
+        let (caches, pc, nodes) = (self.caches, self.pc, self.nodes);
+        match caches.free_at(pc, &mut self.c, pfn, nodes, locate, dirty, unchecked)? {
+            Dest::Cached => Ok(()),
+            Dest::Zone(zone) => zone.free(pfn, Order::ZERO, caches, dirty),
+        }
+    }
+}
+
+impl CacheAccess for Owned<'_, '_> {
+    fn pop(
+        &mut self,
+        node: NodeId,
+        zone: &Zone,
+        class: Class,
+        asker: Asker,
+    ) -> Option<(Pfn, bool)> {
+        self.honour();
+        let key = Key {
+            node,
+            zone: zone.kind(),
+            class,
+        };
+        let got = pop_key(self.pc, &mut self.c, key, asker)?;
+        if let Some(asking) = self.asking
+            && node == self.pc.node
+            && asker.preferred == node
+            && !asker.interleave
+        {
+            self.hot = self
+                .c
+                .slots
+                .iter()
+                .position(|s| s.key == Some(key))
+                .map(|slot| Hot { slot, key, asking });
+        }
+        Some(got)
+    }
+
+    fn take(&mut self, want: &Want<'_>, nodes: &[Node], zero: bool) -> Result<Got, Refused> {
+        self.honour();
+        let (caches, pc, cpu) = (self.caches, self.pc, self.cpu);
+        caches.take_at(cpu, pc, &mut self.c, want, nodes, zero)
+    }
+}
+
+impl Drop for Owned<'_, '_> {
+    fn drop(&mut self) {
+        // Acquire: as in `honour`; Release: a drain that finds the claim gone takes the lock,
+        // which this guard gives up right after.
+        if self.pc.flags.fetch_and(!claim::CLAIMED, Ordering::AcqRel) & claim::REQUEST != 0 {
+            self.honour_now();
+        }
     }
 }
 

@@ -250,6 +250,16 @@ impl<T> Mutex<T> {
         self.acquire();
         MutexGuard { lock: self }
     }
+
+    /// Takes the lock if it is free, without spinning.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        // Acquire: as in `acquire`.
+        self.locked
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| MutexGuard { lock: self })
+    }
 }
 
 /// The guard of a [`Mutex`].

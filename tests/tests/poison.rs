@@ -67,6 +67,8 @@ enum Path {
     Cpu,
     /// `Machine::alloc_bulk`.
     Bulk,
+    /// A claimed CPU's handle (`Machine::claim_cpu`): its hot slot, refilled from the zone.
+    Handle,
 }
 
 /// Takes every free frame of the node through `path`, in order-0 frames.
@@ -84,6 +86,13 @@ fn take_all(m: &Machine<'_>, path: Path, flags: AllocFlags) -> Vec<Pfn> {
                 Some(p) => got.push(p),
                 None => break,
             },
+            Path::Handle => {
+                let mut h = m.claim_cpu(cpu).unwrap();
+                while let Some(p) = h.alloc(Order::ZERO, flags) {
+                    got.push(p);
+                }
+                break;
+            }
             Path::Bulk => {
                 let mut out = [Pfn::new(0); 64];
                 let n = m.alloc_bulk(N0, flags, &mut out);
@@ -121,7 +130,7 @@ fn two_clean_free_frames<'a>(sim: &'a Sim<'_>) -> (Machine<'a>, Pfn, Pfn) {
 #[test]
 fn a_write_into_a_free_clean_frame_is_reported_on_every_path() {
     let spec = spec();
-    for path in [Path::Walk, Path::Cpu, Path::Bulk] {
+    for path in [Path::Walk, Path::Cpu, Path::Bulk, Path::Handle] {
         for flags in [AllocFlags::empty(), AllocFlags::ZERO] {
             let sim = Sim::new(&spec).unwrap();
             let (m, a, b) = two_clean_free_frames(&sim);
@@ -164,7 +173,7 @@ fn a_write_into_a_free_clean_frame_is_reported_on_every_path() {
 #[test]
 fn nothing_is_reported_without_a_write_after_free() {
     let spec = spec();
-    for path in [Path::Walk, Path::Cpu, Path::Bulk] {
+    for path in [Path::Walk, Path::Cpu, Path::Bulk, Path::Handle] {
         for flags in [AllocFlags::empty(), AllocFlags::ZERO] {
             let sim = Sim::new(&spec).unwrap();
             let (m, _, _) = two_clean_free_frames(&sim);

@@ -39,6 +39,33 @@ fn spec() -> MachineSpec {
     .unwrap()
 }
 
+/// Every block held by any thread, by first frame: a second insert is a double hand-out.
+#[derive(Default)]
+struct Held(Mutex<BTreeMap<u64, u8>>);
+
+impl Held {
+    fn record(&self, p: Pfn, order: u8) {
+        let mut h = self.0.lock().unwrap();
+        if let Some((&start, &o)) = h.range(..=p.get()).next_back() {
+            assert!(
+                start + (1 << o) <= p.get(),
+                "block {p:?} overlaps a held block at {start:#x}"
+            );
+        }
+        if let Some((&start, _)) = h.range(p.get()..).next() {
+            assert!(
+                p.get() + (1 << order) <= start,
+                "block {p:?} overlaps a held block at {start:#x}"
+            );
+        }
+        h.insert(p.get(), order);
+    }
+
+    fn forget(&self, p: Pfn) {
+        assert!(self.0.lock().unwrap().remove(&p.get()).is_some());
+    }
+}
+
 #[test]
 fn threads_account_for_every_frame() {
     let ops = env("STRESS_OPS", 20_000);
@@ -53,25 +80,8 @@ fn threads_account_for_every_frame() {
     };
     let m = sim.boot(opts).unwrap();
     let total: u64 = m.nodes().iter().map(|n| n.free_pages()).sum();
-    // Every block held by any thread, by first frame: a second insert is a double hand-out.
-    let held: Mutex<BTreeMap<u64, u8>> = Mutex::new(BTreeMap::new());
-    let record = |p: Pfn, order: u8| {
-        let mut h = held.lock().unwrap();
-        if let Some((&start, &o)) = h.range(..=p.get()).next_back() {
-            assert!(
-                start + (1 << o) <= p.get(),
-                "block {p:?} overlaps a held block at {start:#x}"
-            );
-        }
-        if let Some((&start, _)) = h.range(p.get()..).next() {
-            assert!(
-                p.get() + (1 << order) <= start,
-                "block {p:?} overlaps a held block at {start:#x}"
-            );
-        }
-        h.insert(p.get(), order);
-    };
-    let forget = |p: Pfn| assert!(held.lock().unwrap().remove(&p.get()).is_some());
+    let held = Held::default();
+    let (record, forget) = (|p, order| held.record(p, order), |p| held.forget(p));
 
     std::thread::scope(|s| {
         for t in 0..threads {
@@ -137,7 +147,107 @@ fn threads_account_for_every_frame() {
             });
         }
     });
-    assert!(held.lock().unwrap().is_empty());
+    assert!(held.0.lock().unwrap().is_empty());
+    m.check_invariants().unwrap();
+    m.drain_all();
+    m.check_invariants().unwrap();
+    let free: u64 = m.nodes().iter().map(|n| n.free_pages()).sum();
+    assert_eq!(free, total, "every frame came back exactly once");
+}
+
+/// One claimed CPU handle per thread: allocations and frees through the handle, frees of other
+/// threads' frames (passed through a shared mailbox) through this thread's handle, its CPU's
+/// locked API or the node API, and remote drains of every CPU (requests to the claimed ones).
+#[test]
+fn handles_with_cross_cpu_frees_account_for_every_frame() {
+    let ops = env("STRESS_OPS", 20_000);
+    let threads = env("STRESS_THREADS", 4).max(1);
+    let spec = spec();
+    let sim = Sim::new(&spec).unwrap();
+    let cpu_nodes: Vec<NodeId> = (0..threads).map(|t| NodeId::new(t % 2)).collect();
+    let opts = BootOptions {
+        cpus: &cpu_nodes,
+        pcp: PcpConfig { batch: 8, high: 32 },
+        ..BootOptions::default()
+    };
+    let m = sim.boot(opts).unwrap();
+    let total: u64 = m.nodes().iter().map(|n| n.free_pages()).sum();
+    let held = Held::default();
+    let mailbox: Mutex<Vec<(Pfn, u8)>> = Mutex::new(Vec::new());
+
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (m, held, mailbox) = (&m, &held, &mailbox);
+            s.spawn(move || {
+                let cpu = m.cpu(t).unwrap();
+                let mut h = m.claim_cpu(cpu).unwrap();
+                let mut rng = Rng::new(
+                    0x51_7cc1_b727_220a ^ (t as u64 + 1).wrapping_mul(0xc4ce_b9fe_1a85_ec53),
+                );
+                let mut mine: Vec<(Pfn, u8)> = Vec::new();
+                for _ in 0..ops {
+                    match rng.below(16) {
+                        0..=5 => {
+                            let order = if rng.below(8) == 0 {
+                                rng.below(4) as u8
+                            } else {
+                                0
+                            };
+                            if let Some(p) = h.alloc(Order::new(order), AllocFlags::empty()) {
+                                held.record(p, order);
+                                mine.push((p, order));
+                            }
+                        }
+                        6 => {
+                            let mut out = vec![Pfn::new(0); rng.below(32) as usize];
+                            let got = h.alloc_bulk(AllocFlags::empty(), &mut out);
+                            for p in &out[..got] {
+                                held.record(*p, 0);
+                                mine.push((*p, 0));
+                            }
+                        }
+                        7 if !mine.is_empty() => {
+                            let b = mine.swap_remove(rng.index(mine.len()));
+                            mailbox.lock().unwrap().push(b);
+                        }
+                        8 => {
+                            let Some((p, order)) = mailbox.lock().unwrap().pop() else {
+                                continue;
+                            };
+                            held.forget(p);
+                            match rng.below(3) {
+                                0 => h.free(p, Order::new(order)).unwrap(),
+                                1 => m.free_cpu(cpu, p, Order::new(order)).unwrap(),
+                                _ => m.free(p, Order::new(order)).unwrap(),
+                            }
+                        }
+                        9 if rng.below(16) == 0 => m.drain_all(),
+                        _ if !mine.is_empty() => {
+                            let (p, order) = mine.swap_remove(rng.index(mine.len()));
+                            held.forget(p);
+                            if order == 0 && rng.below(2) == 0 {
+                                // SAFETY: `p` is an order-0 frame this thread allocated and
+                                // took out of `mine`, so nothing else frees it.
+                                unsafe { h.free_unchecked(p) }.unwrap();
+                            } else {
+                                h.free(p, Order::new(order)).unwrap();
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                for (p, order) in mine {
+                    held.forget(p);
+                    h.free(p, Order::new(order)).unwrap();
+                }
+            });
+        }
+    });
+    for (p, order) in mailbox.into_inner().unwrap() {
+        held.forget(p);
+        m.free(p, Order::new(order)).unwrap();
+    }
+    assert!(held.0.lock().unwrap().is_empty());
     m.check_invariants().unwrap();
     m.drain_all();
     m.check_invariants().unwrap();

@@ -9,7 +9,7 @@ use crate::addr::{Order, Pfn};
 use crate::buddy::Got;
 use crate::error::FreeError;
 use crate::node::ZoneKind;
-use crate::percpu::{Asker, CpuId, PcpConfig, Want};
+use crate::percpu::{Asker, CacheAccess, CpuId, PcpConfig, Shared, Want};
 use crate::topology::NodeId;
 
 impl<'a> Machine<'a> {
@@ -60,8 +60,21 @@ impl<'a> Machine<'a> {
             cpu_node: self.cpu_node(cpu)?,
             ..*req
         };
+        let mut cache = Shared {
+            caches: &self.caches,
+            cpu,
+        };
+        self.walk_cached(&mut cache, &req)
+    }
+
+    /// [`Machine::walk_cpu`] through `cache`, with `req.cpu_node` already the CPU's node.
+    pub(crate) fn walk_cached(
+        &self,
+        cache: &mut impl CacheAccess,
+        req: &Request<'_>,
+    ) -> Option<Pfn> {
         if req.order != Order::ZERO {
-            return self.walk(&req);
+            return self.walk(req);
         }
         let zero = req.flags.contains(AllocFlags::ZERO);
         if zero && self.clearer.is_none() {
@@ -81,14 +94,12 @@ impl<'a> Machine<'a> {
                 .iter()
                 .map(|k| node.zone(*k))
                 .find(|z| z.has_memory())
-                && let Some((pfn, dirty)) =
-                    self.caches
-                        .pop(cpu, req.preferred, zone, req.class(), asker)
+                && let Some((pfn, dirty)) = cache.pop(req.preferred, zone, req.class(), asker)
             {
                 return Some(self.zeroed(req.flags, 1, Got::one(pfn, dirty)));
             }
         }
-        self.walk_with(&req, |node, zone, mark| {
+        self.walk_with(req, |node, zone, mark| {
             let want = Want {
                 node: &self.nodes[node.index()],
                 kind: zone.kind(),
@@ -96,7 +107,7 @@ impl<'a> Machine<'a> {
                 class: req.class(),
                 asker,
             };
-            self.caches.take(cpu, &want, self.nodes, zero)
+            cache.take(&want, self.nodes, zero)
         })
         .map(|(got, _)| self.zeroed(req.flags, 1, got))
     }

@@ -11,6 +11,7 @@ mod boot;
 mod check;
 mod cpu;
 mod free;
+mod handle;
 mod hotplug;
 mod huge;
 mod layout;
@@ -32,6 +33,7 @@ use crate::sync::RwLock;
 use crate::topology::{NodeId, NodeMask, Topology};
 use crate::zonelist::FallbackOptions;
 
+pub use self::handle::CpuHandle;
 use self::layout::Layout;
 #[cfg(feature = "poison")]
 pub use self::poison::WriteAfterFree;
@@ -217,5 +219,7 @@ impl<'a> Machine<'a> {
 
 #[cfg(test)]
 mod cpu_tests;
+#[cfg(test)]
+mod handle_tests;
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,7 @@ use std::io::{self, Write};
 pub mod churn;
 pub mod experiments;
 pub mod guests;
+pub mod handle;
 pub mod held;
 pub mod hotadd;
 pub mod numa;
@@ -53,6 +54,7 @@ pub mod runner;
 pub mod scenarios;
 pub mod teardown;
 
+pub use handle::NumaHandle;
 pub use numa::{NumaCpu, NumaNode, NumaPolicy, OneNode, set_caches};
 pub use ops::{Rng, Sample};
 pub use peers::{Bitmap, Buddy, Floor, Frames, FreeListPeer, Locked, Padded};
@@ -75,6 +77,10 @@ pub const NODE_BASE: u64 = 4 << 30;
 pub mod name {
     /// numaframe through the per-CPU caches (`alloc_cpu`/`free_cpu`), or its bulk API.
     pub const NUMAFRAME: &str = "numaframe";
+    /// numaframe through a claimed CPU handle (`claim_cpu`, then `alloc`/`free`).
+    pub const NUMAFRAME_HANDLE: &str = "numaframe-handle";
+    /// The handle freeing with `free_unchecked`.
+    pub const NUMAFRAME_UNCHECKED: &str = "numaframe-handle-unchecked";
     /// numaframe with the per-CPU caches off (`set_pcp(PcpConfig::OFF)`).
     pub const NUMAFRAME_NOCACHE: &str = "numaframe-nocache";
     /// numaframe through the per-CPU caches, its node at physical address 0 (all `Dma32`, as

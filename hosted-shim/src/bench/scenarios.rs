@@ -11,8 +11,8 @@ use numaframe::{AllocFlags, BootOptions, NodeId, NodeMask, Order, Pfn};
 use super::ops::{Sample, boot, bulk, fill_random_free, interleave, pairs, pairs_threads, repeat};
 use super::{
     BULK, Bitmap, Buddy, FRAMES_1G, FRAMES_64G, Floor, Frames, FreeListPeer, INTERLEAVE_PAGES,
-    Locked, NumaCpu, NumaNode, NumaPolicy, OneNode, Padded, Rng, name, numa::managed, scenario,
-    set_caches,
+    Locked, NumaCpu, NumaHandle, NumaNode, NumaPolicy, OneNode, Padded, Rng, name, numa::managed,
+    scenario, set_caches,
 };
 use crate::presets::preset;
 use crate::sim::Sim;
@@ -154,6 +154,17 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
                     set_caches(m, false);
                     pairs(&mut c1, 0, i)
                 }),
+                cell(PAIR_1G, name::NUMAFRAME_HANDLE, move |i| {
+                    set_caches(m, true);
+                    pairs(&mut NumaHandle::claim(m, 0), 0, i)
+                }),
+                cell(PAIR_1G, name::NUMAFRAME_UNCHECKED, move |i| {
+                    set_caches(m, true);
+                    #[allow(unsafe_code)]
+                    // SAFETY: `pairs` frees each frame it allocates once, right after.
+                    let mut h = unsafe { NumaHandle::claim(m, 0).unchecked() };
+                    pairs(&mut h, 0, i)
+                }),
                 cell(PAIR_1G, name::NUMAFRAME_DMA32, move |i| {
                     pairs(&mut d0, 0, i)
                 }),
@@ -195,6 +206,14 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
                 move |i| {
                     set_caches(m, false);
                     f(i)
+                }
+            })
+            .per_iter(ops),
+            cell(FILL_1G, name::NUMAFRAME_HANDLE, {
+                let (mut held, mut rng) = (Vec::new(), Rng::new(9));
+                move |i| {
+                    set_caches(m, true);
+                    fill_random_free(&mut NumaHandle::claim(m, 0), &mut held, &mut rng, i)
                 }
             })
             .per_iter(ops),
@@ -260,6 +279,16 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
                 );
             }
         }
+        for (scenario, time_alloc) in [(BULK_ALLOC, true), (BULK_FREE, false)] {
+            let mut out = vec![Pfn::new(0); BULK];
+            let m = &m;
+            cells.push(
+                cell(scenario, name::NUMAFRAME_HANDLE, move |i| {
+                    bulk(&mut NumaHandle::claim(m, 0), &mut out, time_alloc, i)
+                })
+                .per_iter(BULK as u64),
+            );
+        }
         v.group(Group {
             title: "bulk-512",
             heavy: false,
@@ -309,6 +338,17 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
                     .per_iter(threads as u64),
                 );
             }
+        }
+        for (scenario, threads) in rows {
+            cells.push(
+                cell(scenario, name::NUMAFRAME_HANDLE, move |i| {
+                    set_caches(m, true);
+                    let mut handles: Vec<NumaHandle<'_, '_>> =
+                        (0..threads).map(|t| NumaHandle::claim(m, t)).collect();
+                    pairs_threads(&mut handles, i)
+                })
+                .per_iter(threads as u64),
+            );
         }
         for (scenario, threads) in rows {
             cells.push(locked_cell(scenario, name::BUDDY, &b, threads));

@@ -1,0 +1,57 @@
+//! Runs a number of hot order-0 pairs through one numaframe API on the 1 GiB benchmark node,
+//! for instruction counts under a profiler: run it at two counts and divide the difference in
+//! instructions by the difference in pairs, so that booting cancels out.
+//!
+//! `valgrind --tool=callgrind target/release/examples/hot_pair handle 100000`, with the API one
+//! of `cpu` (`alloc_cpu`/`free_cpu`), `handle` (a claimed `CpuHandle`) or `unchecked` (the
+//! handle's `free_unchecked`). It prints the wall time per pair too (of a loop through
+//! `dyn Frames`, as the bench's cells are not: a rough figure, `numaframe bench` is the
+//! measurement).
+#![deny(unsafe_code)]
+
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use numaframe_hosted::bench::{FRAMES_1G, Frames, NumaCpu, NumaHandle, OneNode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(api), Some(Ok(pairs))) = (args.first(), args.get(1).map(|n| n.parse::<u64>())) else {
+        eprintln!("error: usage: hot_pair cpu|handle|unchecked PAIRS");
+        return ExitCode::from(2);
+    };
+    let node = match OneNode::new(FRAMES_1G) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("error: mapping the node: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let m = match node.boot() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: booting the node: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut frames: Box<dyn Frames> = match api.as_str() {
+        "cpu" => Box::new(NumaCpu::new(&m, 0)),
+        "handle" => Box::new(NumaHandle::claim(&m, 0)),
+        #[allow(unsafe_code)]
+        // SAFETY: the loop below frees each frame it allocates once, right after.
+        "unchecked" => Box::new(unsafe { NumaHandle::claim(&m, 0).unchecked() }),
+        other => {
+            eprintln!("error: unknown API {other:?} (cpu, handle or unchecked)");
+            return ExitCode::from(2);
+        }
+    };
+    let start = Instant::now();
+    for _ in 0..pairs {
+        let f = frames.alloc(0).expect("a fresh node has a free frame");
+        frames.free(black_box(f), 0);
+    }
+    let ns = start.elapsed().as_nanos() as f64 / pairs.max(1) as f64;
+    println!("{api}: {pairs} pairs, {ns:.2} ns per pair");
+    ExitCode::SUCCESS
+}
