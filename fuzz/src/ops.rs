@@ -28,7 +28,8 @@ use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BootError, BootOptions, CpuId, FrameClearer, FreeError, Machine, MemoryRange,
-    NodeId, NodeMask, Order, PcpConfig, Pfn, PhysRange, PolicyError, ZoneKind,
+    NodeId, NodeMask, Order, PcpConfig, Pfn, PhysRange, PolicyError, REPORT_CAPACITY, ReportError,
+    ZoneKind,
 };
 use numaframe_testkit::{Snap, SparseMem, Spec, memory_range};
 
@@ -199,6 +200,14 @@ pub enum Op {
         node: u8,
         budget: u16,
         scale: u8,
+    },
+    /// Free-page reporting of blocks of at least `order`, in batches of `capacity`; the host
+    /// refuses the batch after `take` batches.
+    Report {
+        node: u8,
+        order: u8,
+        capacity: u8,
+        take: u8,
     },
 }
 
@@ -738,6 +747,17 @@ impl<'m, 'a> Harness<'m, 'a> {
                 // A scrub moves no frame: what was free is free, in the same blocks.
                 assert_eq!(Snap::of(m), before, "a scrub changed the free lists");
             }
+            Op::Report {
+                node,
+                order,
+                capacity,
+                take,
+            } => self.report(
+                node_of(node),
+                order_of(order),
+                usize::from(capacity) % 40,
+                take,
+            ),
             Op::HotAdd {
                 node,
                 anchor,
@@ -852,9 +872,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                 (
                     Kind::Huge(_),
                     Via::Free | Via::Cpu(_) | Via::Bulk | Via::Clean | Via::CpuClean(_),
-                ) => {
-                    e == FreeError::HugePage { pfn }
-                }
+                ) => e == FreeError::HugePage { pfn },
                 (Kind::Small, Via::Huge(_)) if b.order == order => {
                     e == FreeError::NotAllocated { pfn }
                 }
@@ -1042,6 +1060,72 @@ impl<'m, 'a> Harness<'m, 'a> {
         self.anchors.push(range.end().get());
     }
 
+    /// A report, judged by the model: every block handed over is free (no block the model
+    /// holds overlaps it), aligned, of at least `order` and on `node`'s memory; the blocks
+    /// come back as they were, so the free lists are unchanged; a refused call changes nothing.
+    fn report(&mut self, node: NodeId, order: Order, capacity: usize, take: u8) {
+        let m = self.m;
+        let before = Snap::of(m);
+        let mut seen: Vec<PhysRange> = Vec::new();
+        let mut batches = 0u8;
+        let result = m.report(node, order, capacity, |batch| {
+            assert!(
+                !batch.is_empty() && batch.len() <= capacity,
+                "a batch of {}",
+                batch.len()
+            );
+            seen.extend_from_slice(batch);
+            batches = batches.saturating_add(1);
+            batches <= take
+        });
+        assert_eq!(Snap::of(m), before, "a report changed the free lists");
+        let got = match result {
+            Err(e) => {
+                let expected = if node.index() >= NODES {
+                    ReportError::UnknownNode { node }
+                } else if order < Order::HUGE_2M {
+                    ReportError::BadOrder { order }
+                } else {
+                    ReportError::BadCapacity { capacity }
+                };
+                assert_eq!(e, expected);
+                assert!(seen.is_empty(), "a refused report handed out {seen:?}");
+                return;
+            }
+            Ok(got) => got,
+        };
+        assert!((1..=REPORT_CAPACITY).contains(&capacity) && order >= Order::HUGE_2M);
+        for r in &seen {
+            let len = r.frames();
+            assert!(
+                len.is_power_of_two()
+                    && len >= order.frames()
+                    && r.start().is_aligned(
+                        Order::try_new(len.trailing_zeros() as u8).unwrap_or(Order::MAX)
+                    ),
+                "reported {r:?}: not an aligned block of order {order:?} or more"
+            );
+            assert_eq!(
+                m.node_of(r.start()),
+                Some(node),
+                "reported {r:?} off its node"
+            );
+            let held = self
+                .model
+                .range(..r.end().get())
+                .next_back()
+                .is_some_and(|(&s, b)| s + b.order.frames() > r.start().get());
+            assert!(!held, "reported {r:?}, which is handed out");
+        }
+        let frames: u64 = seen.iter().map(PhysRange::frames).sum();
+        assert!(got.frames <= frames && got.batches <= u64::from(batches));
+        assert_eq!(
+            got.refused,
+            batches > take,
+            "{got:?} after {batches} batches"
+        );
+    }
+
     /// The invariants that hold after every operation.
     fn check(&self) {
         let m = self.m;
@@ -1088,9 +1172,10 @@ impl<'m, 'a> Harness<'m, 'a> {
     fn check_cleared(&self, op: &Op, cleared: &[PhysRange]) {
         let m = self.m;
         let inside = |r: &PhysRange| {
-            self.model.range(..=r.start().get()).next_back().is_some_and(|(&s, b)| {
-                r.end().get() <= s + b.order.frames()
-            })
+            self.model
+                .range(..=r.start().get())
+                .next_back()
+                .is_some_and(|(&s, b)| r.end().get() <= s + b.order.frames())
         };
         let overlaps_held = |r: &PhysRange| {
             self.model
