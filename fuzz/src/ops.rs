@@ -1067,7 +1067,7 @@ impl<'m, 'a> Harness<'m, 'a> {
         let m = self.m;
         let before = Snap::of(m);
         let mut seen: Vec<PhysRange> = Vec::new();
-        let mut batches = 0u8;
+        let mut batches = 0u64;
         let result = m.report(node, order, capacity, |batch| {
             assert!(
                 !batch.is_empty() && batch.len() <= capacity,
@@ -1075,8 +1075,8 @@ impl<'m, 'a> Harness<'m, 'a> {
                 batch.len()
             );
             seen.extend_from_slice(batch);
-            batches = batches.saturating_add(1);
-            batches <= take
+            batches += 1;
+            batches <= u64::from(take)
         });
         assert_eq!(Snap::of(m), before, "a report changed the free lists");
         let got = match result {
@@ -1118,10 +1118,10 @@ impl<'m, 'a> Harness<'m, 'a> {
             assert!(!held, "reported {r:?}, which is handed out");
         }
         let frames: u64 = seen.iter().map(PhysRange::frames).sum();
-        assert!(got.frames <= frames && got.batches <= u64::from(batches));
+        assert!(got.frames <= frames && got.batches <= batches);
         assert_eq!(
             got.refused,
-            batches > take,
+            batches > u64::from(take),
             "{got:?} after {batches} batches"
         );
     }
