@@ -239,18 +239,7 @@ impl OneNode {
     /// # Errors
     /// The core's boot error, as text.
     pub fn boot(&self) -> io::Result<Machine<'_>> {
-        let cpus = [NodeId::new(0); CPUS];
-        Machine::boot(
-            self.spec.topology(),
-            &self.memory,
-            &self.ranges,
-            BootOptions {
-                cpus: &cpus,
-                min_free_kbytes: Some(0),
-                ..BootOptions::default()
-            },
-        )
-        .map_err(|e| io::Error::other(format!("boot: {e}")))
+        self.boot_as(false)
     }
 
     /// The node's simulated memory.
@@ -264,6 +253,11 @@ impl OneNode {
     /// # Errors
     /// The core's boot error.
     pub fn boot_zeroed(&self) -> io::Result<Machine<'_>> {
+        self.boot_as(true).map(|m| m.with_clearer(&self.memory))
+    }
+
+    /// The boot of [`OneNode::boot`], the memory said to be zeroed if `zeroed`.
+    fn boot_as(&self, zeroed: bool) -> io::Result<Machine<'_>> {
         let cpus = [NodeId::new(0); CPUS];
         Machine::boot(
             self.spec.topology(),
@@ -272,11 +266,10 @@ impl OneNode {
             BootOptions {
                 cpus: &cpus,
                 min_free_kbytes: Some(0),
-                zeroed: true,
+                zeroed,
                 ..BootOptions::default()
             },
         )
-        .map(|m| m.with_clearer(&self.memory))
         .map_err(|e| io::Error::other(format!("boot: {e}")))
     }
 }
