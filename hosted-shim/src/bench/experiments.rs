@@ -47,7 +47,7 @@ impl Sizes {
         guest_days: 200,
         hotadd_calls: 20,
         hotadd_timeout: Duration::from_millis(500),
-        teardown_frames: 1 << 20,
+        teardown_frames: 1 << 22,
         report_frames: (1 << 22, 1 << 20),
     };
     /// `--quick`: 1 GiB of churn, 8 GiB of guests.

@@ -190,7 +190,7 @@ pub mod scenario {
     /// The control: the same calls on an idle machine.
     pub const HOTADD_IDLE: &str = "hot_add latency, idle machine";
     /// Teardown of a guest and a zeroed reallocation of the same memory
-    /// ([`crate::bench::teardown`]), 4 GiB (1 GiB with `--quick`); `ns_per_op` is the
+    /// ([`crate::bench::teardown`]), 16 GiB (1 GiB with `--quick`); `ns_per_op` is the
     /// background scrub's time per frame. JSON fields: `bytes`; `inline`, `background`,
     /// `floor`: `{"teardown_ns","scrub_ns","realloc_ns"}`; `memset_ns`, `scrub_vs_memset`,
     /// `inline_vs_memset`.
