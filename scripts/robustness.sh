@@ -83,6 +83,18 @@ if [[ -z "${SKIP_FUZZ:-}" ]]; then
       printf '\n--- fuzz target %s failed (fuzz/logs/%s.log) ---\n' "$t" "$t"
       grep -v '^#[0-9]' "fuzz/logs/$t.log" | tail -60
     done
+    # Last, so that a log cut to its tail still shows what failed and the input to replay.
+    for t in "${failed[@]}"; do
+      printf '\n--- fuzz target %s: its input and the failure ---\n' "$t"
+      for a in fuzz/artifacts/"$t"/*; do
+        [[ -f $a ]] || continue
+        echo "$a, base64 (save with: base64 -d > fuzz/regressions/$t/NAME):"
+        base64 -w 0 "$a"
+        echo
+      done
+      grep -m 4 -E 'panicked at|^==[0-9]+==ERROR|deadly signal|libFuzzer: (timeout|out-of-memory)' \
+        "fuzz/logs/$t.log" || true
+    done
     echo
     echo "error: fuzz targets crashed: ${failed[*]}" >&2
     echo "Minimise with 'cargo +nightly fuzz tmin <target> <artifact>', save the input under" >&2
