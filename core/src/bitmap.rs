@@ -119,6 +119,7 @@ impl Plane {
                 .find(|&w| self.0[w..w + step].iter().all(|x| *x == 0))
                 .map(|w| w * 64);
         }
+        let stride = STRIDE[usize::from(order)];
         for (w, &word) in self.0.iter().enumerate() {
             // Fold the free bits so that bit `k * len` is set only if bits `k*len..(k+1)*len`
             // are all free.
@@ -128,25 +129,30 @@ impl Plane {
                 free &= free >> span;
                 span *= 2;
             }
-            let aligned = free & Self::stride_mask(len);
+            let aligned = free & stride;
             if aligned != 0 {
                 return Some(w * 64 + aligned.trailing_zeros() as usize);
             }
         }
         None
     }
+}
 
-    /// Bits `0, len, 2·len, …` of a word.
-    fn stride_mask(len: usize) -> u64 {
-        let mut m = 0u64;
+/// Bits `0, len, 2·len, …` of a word, for runs of `len = 2^order` bits (order below 6): where
+/// an aligned run of that length may start.
+const STRIDE: [u64; 6] = {
+    let mut t = [0u64; 6];
+    let mut order = 0;
+    while order < 6 {
         let mut i = 0;
         while i < 64 {
-            m |= 1 << i;
-            i += len;
+            t[order] |= 1 << i;
+            i += 1 << order;
         }
-        m
+        order += 1;
     }
-}
+    t
+};
 
 #[cfg(test)]
 mod tests {

@@ -743,17 +743,19 @@ impl Pool {
     }
 }
 
-/// Reads the planes behind a handle.
+/// Reads plane `which` behind a handle (`None` for the extra plane of a single).
 ///
 /// # Safety
 /// `p` must come from a pool whose memory is valid, be held by a live header, and no write to
 /// it may run meanwhile.
-unsafe fn read_planes(p: PlaneRef) -> (Plane, Option<Plane>) {
+unsafe fn read_plane(p: PlaneRef, which: Which) -> Option<Plane> {
     // SAFETY: the caller's guarantee.
     unsafe {
-        match p {
-            PlaneRef::Single(q) => (q.as_ref().with(|c| *c), None),
-            PlaneRef::Pair(q) => q.as_ref().with(|c| ((*c)[0], Some((*c)[1]))),
+        match (p, which) {
+            (PlaneRef::Single(q), Which::Alloc) => Some(q.as_ref().with(|c| *c)),
+            (PlaneRef::Single(_), Which::Extra) => None,
+            (PlaneRef::Pair(q), Which::Alloc) => Some(q.as_ref().with(|c| (*c)[0])),
+            (PlaneRef::Pair(q), Which::Extra) => Some(q.as_ref().with(|c| (*c)[1])),
         }
     }
 }
@@ -1008,11 +1010,24 @@ impl ZoneMeta {
         let p = self.plane_ref(r)?;
         // SAFETY: the handle is held by this zone's header and came from this zone's pool;
         // `&self` excludes writers (they take `&mut self`).
-        let (alloc, extra) = unsafe { read_planes(p) };
-        match which {
-            Which::Alloc => Some(alloc),
-            Which::Extra => extra,
-        }
+        unsafe { read_plane(p, which) }
+    }
+
+    /// Runs `f` on the allocation plane of pageblock `r` and its extra plane, if it has one,
+    /// without copying them; `None` if it has no allocation plane.
+    pub(crate) fn with_planes<R>(
+        &self,
+        r: PbRef,
+        f: impl FnOnce(&Plane, Option<&Plane>) -> R,
+    ) -> Option<R> {
+        let p = self.plane_ref(r)?;
+        // SAFETY: as in `plane`: `&self` excludes writers for as long as `f` runs.
+        Some(unsafe {
+            match p {
+                PlaneRef::Single(q) => q.as_ref().with(|c| f(&*c, None)),
+                PlaneRef::Pair(q) => q.as_ref().with(|c| f(&(*c)[0], Some(&(*c)[1]))),
+            }
+        })
     }
 
     /// Changes the planes of pageblock `r` through `f(alloc, extra)`; `None` if it has no

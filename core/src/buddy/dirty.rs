@@ -16,7 +16,7 @@
 use super::{Big, FreeArea};
 use crate::addr::{Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
-use crate::meta::{PB_SHIFT, PBS_PER_SECTION, PbRef, PbState, Section, Which, flag};
+use crate::meta::{PB_SHIFT, PBS_PER_SECTION, PbRef, PbState, Section, flag};
 
 /// A block taken from a zone, and the part of it that may be dirty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,14 +83,11 @@ impl FreeArea {
         let dirty = h.flags & flag::DIRTY != 0;
         match h.state {
             PbState::Free { .. } | PbState::FreeTail if dirty => FRAMES as u64,
-            PbState::Split => match (
-                self.meta.plane(r, Which::Alloc),
-                self.meta.plane(r, Which::Extra),
-            ) {
-                (Some(a), Some(x)) => dirty_free(&a, &x),
-                _ if dirty => u64::from(h.free),
-                _ => 0,
-            },
+            PbState::Split => self
+                .meta
+                .with_planes(r, |a, x| x.map(|x| dirty_free(a, x)))
+                .flatten()
+                .unwrap_or(if dirty { u64::from(h.free) } else { 0 }),
             _ => 0,
         }
     }
