@@ -12,6 +12,11 @@ use crate::addr::{Pfn, PhysRange};
 use crate::machine::{BootOptions, Machine, MemoryRange};
 use crate::topology::{NodeId, NodeInfo, Topology};
 
+/// Node `i`: the tests' shorthand.
+pub(crate) fn n(i: usize) -> NodeId {
+    NodeId::new(i)
+}
+
 /// Physical memory that exists only where the allocator maps it: each mapped range gets a
 /// fresh page-aligned buffer, filled with garbage so that lazy metadata must never trust it.
 #[derive(Debug)]

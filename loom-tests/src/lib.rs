@@ -291,6 +291,17 @@ impl Tiny {
         self.boot_with_cpus(mem, &[], PcpConfig::default())
     }
 
+    /// [`Tiny::boot`] over a fresh [`SparseMem`], both held by [`keep`] for the running
+    /// execution: the machine of a model that needs nothing else of its tables or memory.
+    pub fn boot_kept(self) -> Machine<'static> {
+        keep(self).boot(keep(SparseMem::default()))
+    }
+
+    /// [`Tiny::boot_with_cpus`] as [`Tiny::boot_kept`] does.
+    pub fn boot_kept_with_cpus(self, cpus: &[NodeId], pcp: PcpConfig) -> Machine<'static> {
+        keep(self).boot_with_cpus(keep(SparseMem::default()), cpus, pcp)
+    }
+
     /// Boots it with watermarks off and CPUs on the given nodes.
     pub fn boot_with_cpus<'a>(
         &'a self,

@@ -3,14 +3,12 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, NodeId, Order, Pfn};
-use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
+use numaframe_loom::{Tiny, model, spawn};
 
 #[test]
 fn bulk_alloc_races_frees() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot(mem));
+        let m = Arc::new(Tiny::new(1, 64, &[]).boot_kept());
         let n0 = NodeId::new(0);
         let before = m.node(n0).expect("node 0").free_pages();
         let held: Vec<Pfn> = (0..2)

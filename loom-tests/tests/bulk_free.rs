@@ -34,9 +34,7 @@ enum From {
 
 /// A one-node machine with a CPU and three order-0 frames allocated `from`.
 fn setup(from: From) -> (Arc<Machine<'static>>, [Pfn; 3]) {
-    let tiny = keep(Tiny::new(1, 64, &[]));
-    let mem = keep(SparseMem::default());
-    let m = tiny.boot_with_cpus(mem, &[N0], PcpConfig { batch: 1, high: 2 });
+    let m = Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], PcpConfig { batch: 1, high: 2 });
     let c0 = m.cpu(0).expect("cpu 0");
     let f = [0; 3].map(|_| {
         match from {

@@ -11,9 +11,7 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::{AllocFlags, ClaimError, FreeError, NodeId, Order, PcpConfig, Pfn};
-use numaframe_loom::{
-    SparseMem, Steps, Tiny, assert_all_free, keep, model, model_up_to, race, spawn,
-};
+use numaframe_loom::{Steps, Tiny, assert_all_free, model, model_up_to, race, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
@@ -24,9 +22,7 @@ const N0: NodeId = NodeId::new(0);
 #[test]
 fn one_claim_wins() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0], PcpConfig::default()));
+        let m = Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], PcpConfig::default()));
         let live = Arc::new(AtomicUsize::new(0));
         let wins = Arc::new(AtomicUsize::new(0));
         let attempt = {
@@ -61,9 +57,7 @@ fn one_claim_wins() {
 #[test]
 fn drain_races_owner() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0], PcpConfig::default()));
+        let m = Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], PcpConfig::default()));
         let before = m.node(N0).expect("node 0").free_pages();
         let c0 = m.cpu(0).expect("cpu 0");
         let ((), q) = race(
@@ -102,9 +96,7 @@ fn drain_races_owner() {
 #[test]
 fn drain_request_is_honoured_at_the_next_operation() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0], PcpConfig::default()));
+        let m = Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], PcpConfig::default()));
         let before = m.node(N0).expect("node 0").free_pages();
         let c0 = m.cpu(0).expect("cpu 0");
         // 1: the owner holds a pageblock; 2: the drain returned.
@@ -144,9 +136,8 @@ fn drain_request_is_honoured_at_the_next_operation() {
 #[test]
 fn remote_free_races_owner_free_of_one_frame() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0, N0], PcpConfig::default()));
+        let m =
+            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
         let c0 = m.cpu(0).expect("cpu 0");
         let p = m
             .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
@@ -183,9 +174,8 @@ fn remote_free_races_owner_free_of_one_frame() {
 #[test]
 fn unchecked_free_beside_a_remote_free() {
     model_up_to(2, || {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0, N0], PcpConfig::default()));
+        let m =
+            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
         let c0 = m.cpu(0).expect("cpu 0");
         let all = m.node(N0).expect("node 0").free_pages();
         let held: Vec<Pfn> = (0..all)

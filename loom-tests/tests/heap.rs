@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use loom::sync::Arc;
 use numaframe::heap::FrameMap;
 use numaframe::{Machine, NodeHeap, NodeId, NumaHeap, Order, PAGE_SIZE, PhysRange};
-use numaframe_loom::{SparseMem, Tiny, keep, model, model_up_to, spawn};
+use numaframe_loom::{Tiny, keep, model, model_up_to, spawn};
 
 const N0: NodeId = NodeId::new(0);
 const FRAMES: u64 = 64;
@@ -62,9 +62,7 @@ fn current_node() -> NodeId {
 
 /// A one-node machine, kept for the execution so that heaps over it can cross loom threads.
 fn machine() -> &'static Machine<'static> {
-    let tiny = keep(Tiny::new(1, FRAMES, &[]));
-    let mem = keep(SparseMem::default());
-    keep(tiny.boot(mem))
+    keep(Tiny::new(1, FRAMES, &[]).boot_kept())
 }
 
 /// An allocation of `size` bytes, filled with `tag` while it lives.

@@ -7,7 +7,7 @@
 
 use loom::sync::Arc;
 use numaframe::{FreeError, HugeSize, Machine, NodeId, Pfn};
-use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
+use numaframe_loom::{Tiny, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 const SIZE: HugeSize = HugeSize::Size2M;
@@ -17,9 +17,7 @@ const PAGE_FRAMES: u64 = 512;
 /// One node of 2048 frames (three whole 2 MiB blocks once its metadata and the machine's
 /// tables are carved off) with `pages` pages reserved in its pool.
 fn setup(pages: u64) -> Arc<Machine<'static>> {
-    let tiny = keep(Tiny::new(1, 2048, &[]));
-    let mem = keep(SparseMem::default());
-    let m = tiny.boot(mem);
+    let m = Tiny::new(1, 2048, &[]).boot_kept();
     assert_eq!(m.reserve_huge(N0, SIZE, pages), pages);
     Arc::new(m)
 }

@@ -9,16 +9,14 @@ use numaframe::HugeSize;
 use numaframe::NodeId;
 use numaframe::hugetlb::cmdline::parse;
 use numaframe::hugetlb::{HugeJob, JobCursor, ReservationPlan};
-use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
+use numaframe_loom::{Tiny, model, spawn};
 
 /// Reserves `cmdline` on two nodes of 2048 frames (three whole 2 MiB blocks each, once the
 /// metadata is carved off), in jobs of `chunk` pages run by two threads, and checks the
 /// per-node counts against `want`.
 fn reserve_on_two_threads(cmdline: &'static str, chunk: u64, want: [u64; 2]) {
     model(move || {
-        let tiny = keep(Tiny::new(2, 2048, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot(mem));
+        let m = Arc::new(Tiny::new(2, 2048, &[]).boot_kept());
         let config = parse(cmdline).expect("command line");
         let mut plan = ReservationPlan::with_chunk_pages(&config, &m, chunk).expect("plan");
         let mut reported = 0;

@@ -7,14 +7,12 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, Machine, NodeId, NumaStat, Order, PcpConfig};
-use numaframe_loom::{SparseMem, Steps, Tiny, assert_all_free, keep, model_up_to, spawn};
+use numaframe_loom::{Steps, Tiny, assert_all_free, model_up_to, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
 fn boot() -> Arc<Machine<'static>> {
-    let tiny = keep(Tiny::new(1, 64, &[]));
-    let mem = keep(SparseMem::default());
-    Arc::new(tiny.boot_with_cpus(mem, &[N0], PcpConfig { batch: 2, high: 2 }))
+    Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], PcpConfig { batch: 2, high: 2 }))
 }
 
 /// CPU 0 allocates through its cache (a refill) and from the zone, then frees the first

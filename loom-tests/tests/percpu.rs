@@ -8,9 +8,7 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, FreeError, NodeId, Order, PcpConfig, Pfn};
-use numaframe_loom::{
-    SparseMem, Steps, Tiny, assert_all_free, keep, leave_free, model, model_up_to, spawn,
-};
+use numaframe_loom::{Steps, Tiny, assert_all_free, leave_free, model, model_up_to, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
@@ -20,9 +18,7 @@ const N0: NodeId = NodeId::new(0);
 #[test]
 fn refill_races_remote_drain() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0], PcpConfig::default()));
+        let m = Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], PcpConfig::default()));
         let before = m.node(N0).expect("node 0").free_pages();
         let c0 = m.cpu(0).expect("cpu 0");
         let worker = {
@@ -53,9 +49,9 @@ fn refill_races_remote_drain() {
 #[test]
 fn double_free_from_two_cpus() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0, N0], PcpConfig { batch: 1, high: 2 }));
+        let m = Arc::new(
+            Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig { batch: 1, high: 2 }),
+        );
         let c0 = m.cpu(0).expect("cpu 0");
         let p = m
             .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
@@ -96,9 +92,9 @@ fn double_free_from_two_cpus() {
 #[test]
 fn double_free_racing_the_holders_give_back() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0, N0], PcpConfig { batch: 1, high: 2 }));
+        let m = Arc::new(
+            Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig { batch: 1, high: 2 }),
+        );
         let held = leave_free(&m, N0, 3);
         let c0 = m.cpu(0).expect("cpu 0");
         let p = m
@@ -155,9 +151,8 @@ enum Hand {
 /// CPU 0's allocation gets a frame of the node, and afterwards every frame is free exactly once.
 fn lent_pageblock(preemptions: usize, hands: &'static [Hand]) {
     model_up_to(preemptions, move || {
-        let tiny = keep(Tiny::new(1, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot_with_cpus(mem, &[N0, N0], PcpConfig::default()));
+        let m =
+            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
         let c0 = m.cpu(0).expect("cpu 0");
         let [p, q] = [0; 2].map(|_| {
             m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, Machine, NodeId, Order, PAGE_SIZE, Pfn, ZoneKind};
-use numaframe_loom::{SparseMem, Steps, Tiny, keep, model, spawn};
+use numaframe_loom::{Steps, Tiny, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 /// Half a pageblock: a split pageblock serving it needs a plane pair (allocation and heads).
@@ -54,9 +54,7 @@ fn halves_until_growth() -> usize {
 }
 
 fn boot() -> Arc<Machine<'static>> {
-    let tiny = keep(Tiny::new(1, FRAMES, &[]));
-    let mem = keep(SparseMem::default());
-    Arc::new(tiny.boot(mem))
+    Arc::new(Tiny::new(1, FRAMES, &[]).boot_kept())
 }
 
 #[test]

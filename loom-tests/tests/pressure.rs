@@ -11,22 +11,18 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, Machine, NodeId, Order, PcpConfig, Pfn};
-use numaframe_loom::{
-    SparseMem, Tiny, assert_all_free, keep, leave_free, model, model_up_to, spawn,
-};
+use numaframe_loom::{Tiny, assert_all_free, leave_free, model, model_up_to, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
 /// A machine whose node 0 has no free frame in its zone and `cached` frames in CPU 0's cache
 /// (CPU 1 has none); returns it with the blocks held to get there.
 fn cached_only(cached: u32) -> (Arc<Machine<'static>>, Vec<(Pfn, Order)>) {
-    let tiny = keep(Tiny::new(1, 64, &[]));
-    let mem = keep(SparseMem::default());
     let pcp = PcpConfig {
         batch: cached,
         high: cached,
     };
-    let m = tiny.boot_with_cpus(mem, &[N0, N0], pcp);
+    let m = Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], pcp);
     let held = leave_free(&m, N0, u64::from(cached));
     let c0 = m.cpu(0).expect("cpu 0");
     // The zone lends CPU 0 the pageblock with the `cached` free frames; the free puts the

@@ -21,9 +21,7 @@ use std::sync::Mutex;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use numaframe::{AllocFlags, FrameClearer, Machine, NodeId, Order, Pfn, PhysRange, ZoneKind};
-use numaframe_loom::{
-    SparseMem, Tiny, assert_all_free, keep, leave_free, model_up_to, race, spawn,
-};
+use numaframe_loom::{Tiny, assert_all_free, keep, leave_free, model_up_to, race, spawn};
 
 const N0: NodeId = NodeId::new(0);
 /// What boot memory holds: data of nobody the machine knows, dirty.
@@ -79,10 +77,8 @@ impl FrameClearer for Frames {
 
 /// One node of `frames` frames, all boot memory dirty, clearing through a [`Frames`].
 fn setup(frames: u64) -> (Arc<Machine<'static>>, &'static Frames) {
-    let tiny = keep(Tiny::new(1, frames, &[]));
-    let mem = keep(SparseMem::default());
     let contents = keep(Frames::new(frames));
-    let m = tiny.boot(mem).with_clearer(contents);
+    let m = Tiny::new(1, frames, &[]).boot_kept().with_clearer(contents);
     (Arc::new(m), contents)
 }
 

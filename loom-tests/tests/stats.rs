@@ -4,15 +4,15 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, NodeId, Order, PcpConfig};
-use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
+use numaframe_loom::{Tiny, model, spawn};
 
 #[test]
 fn counters_stay_consistent() {
     model(|| {
-        let tiny = keep(Tiny::new(2, 64, &[]));
-        let mem = keep(SparseMem::default());
         let cpus = [NodeId::new(0), NodeId::new(1)];
-        let m = Arc::new(tiny.boot_with_cpus(mem, &cpus, PcpConfig { batch: 1, high: 1 }));
+        let m = Arc::new(
+            Tiny::new(2, 64, &[]).boot_kept_with_cpus(&cpus, PcpConfig { batch: 1, high: 1 }),
+        );
         let (n0, n1) = (NodeId::new(0), NodeId::new(1));
         let remote = {
             let m = m.clone();

@@ -10,14 +10,12 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, Machine, NodeId, Order, PcpConfig, Pfn};
-use numaframe_loom::{SparseMem, Steps, Tiny, assert_all_free, keep, leave_free, model, spawn};
+use numaframe_loom::{Steps, Tiny, assert_all_free, leave_free, model, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
 fn boot(pcp: PcpConfig) -> Arc<Machine<'static>> {
-    let tiny = keep(Tiny::new(1, 64, &[]));
-    let mem = keep(SparseMem::default());
-    Arc::new(tiny.boot_with_cpus(mem, &[N0], pcp))
+    Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], pcp))
 }
 
 /// CPU 0 allocates (its zone lends it the node's pageblock, which the default tuning keeps

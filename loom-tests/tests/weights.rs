@@ -8,7 +8,7 @@ use loom::sync::Arc;
 use numaframe::interleave::{IlState, Weights, plan_bulk};
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::{AllocFlags, Machine, NodeId, NodeMask, Order, Pfn};
-use numaframe_loom::{SparseMem, Tiny, keep, model, model_up_to, spawn};
+use numaframe_loom::{Tiny, model, model_up_to, spawn};
 
 /// Pages per node (0 and 1) of `frames`.
 fn counts(m: &Machine<'_>, frames: &[Pfn]) -> [usize; 2] {
@@ -55,9 +55,7 @@ fn planned(a: &Weights, b: &Weights) -> [[usize; 2]; 2] {
 #[test]
 fn weight_replacement_is_seen_whole_by_each_bulk() {
     model_up_to(1, || {
-        let tiny = keep(Tiny::new(2, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot(mem));
+        let m = Arc::new(Tiny::new(2, 64, &[]).boot_kept());
         let old = Weights::new(&[1, 2]).expect("weights");
         let new = Weights::new(&[2, 1]).expect("weights");
         m.set_weights(old.clone());
@@ -129,9 +127,7 @@ fn single_pages(a: [u8; 2], b: [u8; 2], switch: usize, n: usize) -> Vec<usize> {
 #[test]
 fn weight_replacement_is_seen_whole_by_each_page() {
     model(|| {
-        let tiny = keep(Tiny::new(2, 64, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot(mem));
+        let m = Arc::new(Tiny::new(2, 64, &[]).boot_kept());
         let (old, new) = ([1, 2], [2, 1]);
         m.set_weights(Weights::new(&old).expect("weights"));
 

@@ -3,14 +3,12 @@
 
 use loom::sync::Arc;
 use numaframe::{AllocFlags, NodeId, Order};
-use numaframe_loom::{SparseMem, Tiny, keep, model, spawn};
+use numaframe_loom::{Tiny, model, spawn};
 
 #[test]
 fn alloc_free_two_threads_one_zone() {
     model(|| {
-        let tiny = keep(Tiny::new(1, 96, &[]));
-        let mem = keep(SparseMem::default());
-        let m = Arc::new(tiny.boot(mem));
+        let m = Arc::new(Tiny::new(1, 96, &[]).boot_kept());
         let free_before = m.node(NodeId::new(0)).expect("node 0").free_pages();
         let handles: Vec<_> = (0..2)
             .map(|i| {

@@ -6,12 +6,8 @@ use std::vec::Vec;
 
 use numaframe_testkit_base::Rng;
 
-use crate::test_util::{SparseMem, Spec};
+use crate::test_util::{SparseMem, Spec, n};
 use crate::*;
-
-fn n(i: usize) -> NodeId {
-    NodeId::new(i)
-}
 
 /// Takes every frame node 0 hands out, one order-0 allocation at a time.
 fn fill(m: &Machine<'_>) -> Vec<Pfn> {

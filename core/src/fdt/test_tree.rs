@@ -8,13 +8,10 @@ use std::vec::Vec;
 use super::{FdtError, FdtTopology, parse};
 use crate::addr::PhysRange;
 use crate::machine::MemoryRange;
+pub(super) use crate::test_util::n;
 use crate::topology::{NodeId, NodeInfo};
 
 pub(super) const G: u64 = 1 << 30;
-
-pub(super) fn n(i: usize) -> NodeId {
-    NodeId::new(i)
-}
 
 /// A node: name, properties (name, raw value), children.
 #[derive(Clone, Debug, Default)]

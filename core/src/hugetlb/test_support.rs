@@ -9,12 +9,9 @@ use super::cmdline::HugepageConfig;
 use super::{HugeJob, ReservationPlan};
 use crate::addr::{HugeSize, Pfn, PhysRange};
 use crate::machine::{Machine, MemoryRange};
+pub(super) use crate::test_util::n;
 use crate::test_util::Spec;
 use crate::topology::{NodeId, NodeInfo};
-
-pub(super) fn n(i: usize) -> NodeId {
-    NodeId::new(i)
-}
 
 /// Nodes of the given sizes in frames, back to back from 0; a size of 0 is memoryless.
 pub(super) fn spec(frames: &[u64]) -> Spec {

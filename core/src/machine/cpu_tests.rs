@@ -4,12 +4,8 @@ extern crate std;
 use std::vec::Vec;
 
 use crate::percpu::MAX_BATCH;
-use crate::test_util::{SparseMem, Spec};
+use crate::test_util::{SparseMem, Spec, n};
 use crate::*;
-
-fn n(i: usize) -> NodeId {
-    NodeId::new(i)
-}
 
 #[test]
 fn cached_round_trip_and_double_free() {

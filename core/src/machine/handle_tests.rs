@@ -2,12 +2,8 @@
 //! requests, the tuning barrier, and remote frees racing the owner's.
 extern crate std;
 
-use crate::test_util::{SparseMem, Spec};
+use crate::test_util::{SparseMem, Spec, n};
 use crate::*;
-
-fn n(i: usize) -> NodeId {
-    NodeId::new(i)
-}
 
 #[test]
 fn a_cpu_is_claimed_once_until_its_handle_drops() {

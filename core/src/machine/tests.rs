@@ -4,13 +4,9 @@ extern crate std;
 use std::vec::Vec;
 
 use super::{Machine, layout};
-use crate::test_util::{SparseMem, Spec, for_many_machines};
+use crate::test_util::{SparseMem, Spec, for_many_machines, n};
 use crate::zonelist::FallbackOptions;
 use crate::*;
-
-fn n(i: usize) -> NodeId {
-    NodeId::new(i)
-}
 
 fn snapshot(m: &Machine<'_>) -> Vec<(u64, [u64; crate::addr::NR_ORDERS])> {
     m.nodes()
