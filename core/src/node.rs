@@ -10,7 +10,7 @@ use crate::error::{FreeError, InvariantError};
 use crate::meta::{Class, PB_SHIFT, PbRef, Seed, Short, SpanMeta, Use};
 use crate::platform::FrameClearer;
 use crate::platform::Mapped;
-use crate::stats::NumaStats;
+use crate::stats::{Event, NumaStats, OwnCounts, OwnEvents};
 use crate::sync::{AtomicU32, AtomicU64, LockFamily, MultiLock, Mutex, MutexGuard, Ordering};
 use crate::topology::NodeId;
 
@@ -99,6 +99,8 @@ pub(crate) enum Mark {
 pub(crate) struct ZoneInner {
     area: FreeArea,
     marks: Watermarks,
+    /// The zone's own share of its node's numastat, counted under the lock.
+    events: OwnCounts,
 }
 
 impl ZoneInner {
@@ -156,6 +158,7 @@ impl Zone {
             inner: Mutex::new(ZoneInner {
                 area: FreeArea::new(),
                 marks: Watermarks::default(),
+                events: OwnCounts::default(),
             }),
         }
     }
@@ -234,24 +237,35 @@ impl Zone {
     }
 
     /// One block of `order` for `class` if the zone stays above `mark` afterwards, with the
-    /// part of it that may be dirty; `zero` prefers clean frames.
+    /// part of it that may be dirty; `zero` prefers clean frames. A success counts `events`
+    /// once in the zone's numastat (`None`: the caller counts it, in a per-CPU cache).
     pub(crate) fn alloc(
         &self,
         order: Order,
         mark: Mark,
         class: Class,
         zero: bool,
+        events: Option<OwnEvents>,
     ) -> Result<Got, Refused> {
         self.take_or_wait(|z| {
             if z.headroom(mark) < order.frames() {
                 return Err(Refused::Empty);
             }
-            Ok(if order.get() >= PB_SHIFT as u8 {
+            let got = if order.get() >= PB_SHIFT as u8 {
                 z.area.alloc_big(order.get(), Use::Normal)?
             } else {
                 z.area.alloc_small(order.get(), class, zero)?
-            })
+            };
+            if let Some(e) = events {
+                z.events.record(e, 1);
+            }
+            Ok(got)
         })
+    }
+
+    /// The zone's own share of its node's numastat (all but `numa_foreign`).
+    pub(crate) fn events(&self) -> OwnCounts {
+        self.inner.lock().events
     }
 
     /// Clears up to `budget` dirty free frames of the zone (at least one pageblock's worth if
@@ -288,25 +302,28 @@ impl Zone {
         Some(cleared)
     }
 
-    /// Order-0 frames into `out`, as many as the zone can give above `mark`, under one lock.
-    /// Returns how many, how many of them (the last ones, with `zero`) may be dirty, and why it
-    /// stopped short of the headroom it had.
+    /// Order-0 frames into `out`, as many as the zone can give above `mark`, under one lock,
+    /// each counting `events` in the zone's numastat. Returns how many, how many of them (the
+    /// last ones, with `zero`) may be dirty, and why it stopped short of the headroom it had.
     pub(crate) fn alloc_bulk(
         &self,
         out: &mut [Pfn],
         mark: Mark,
         class: Class,
         zero: bool,
+        events: OwnEvents,
     ) -> (usize, usize, Option<Refused>) {
         let mut z = self.inner.lock();
         let n = (z.headroom(mark).min(out.len() as u64)) as usize;
         let (got, dirty, why) = z.area.alloc_bulk(&mut out[..n], class, zero);
+        z.events.record(events, got as u64);
         if got < n && why.is_none_or(|w| w == NoBlock::Empty) && z.area.scrubbing() {
             // The rest of the headroom is held by a scrub: wait for it and take the rest, the
             // dirty frames of both rounds last.
             let mut z = self.wait_for_scrub(z);
             let m = (z.headroom(mark).min((out.len() - got) as u64)) as usize;
             let (more, more_dirty, why) = z.area.alloc_bulk(&mut out[got..got + m], class, zero);
+            z.events.record(events, more as u64);
             // out[..got] ends with `dirty` dirty frames; move the new clean ones before them.
             out[got - dirty..got + more - more_dirty].rotate_left(dirty);
             return (got + more, dirty + more_dirty, why.map(Refused::from));
@@ -446,8 +463,11 @@ impl Zone {
     }
 
     /// A free page from the pool of `order`, with the part of it that may be dirty.
-    pub(crate) fn pool_take(&self, order: Order) -> Option<Got> {
-        self.inner.lock().area.pool_take(order)
+    pub(crate) fn pool_take(&self, order: Order, events: OwnEvents) -> Option<Got> {
+        let mut z = self.inner.lock();
+        let got = z.area.pool_take(order)?;
+        z.events.record(events, 1);
+        Some(got)
     }
 
     /// Returns a pool page; on error nothing changes.
@@ -723,6 +743,16 @@ impl ZonelistHint {
     }
 }
 
+/// Counts `numa_foreign` on `preferred` for `n` allocations that landed on `got` instead: the
+/// one numastat event of the node path in a shared counter, and only when it falls back.
+pub(crate) fn count_foreign(nodes: &[Node], preferred: NodeId, got: NodeId, n: u64) {
+    if got != preferred
+        && let Some(p) = nodes.get(preferred.index())
+    {
+        p.stats.add(Event::Foreign, n);
+    }
+}
+
 impl Node {
     pub(crate) fn new(id: NodeId) -> Self {
         Self {
@@ -744,8 +774,9 @@ impl Node {
     pub fn zone(&self, kind: ZoneKind) -> &Zone {
         &self.zones[kind.index()]
     }
-    /// The numastat counters of allocations that did not go through a per-CPU cache;
-    /// [`Machine::numastat`](crate::Machine::numastat) adds the caches' share.
+    /// The node's shared numastat counters: `numa_foreign` of allocations that preferred the
+    /// node and fell back (counted by whoever fell back). [`Machine::numastat`](crate::Machine::numastat) adds the zones' share
+    /// ([`Zone::events`], counted under their locks) and the per-CPU caches' share.
     pub(crate) fn stats(&self) -> &NumaStats {
         &self.stats
     }

@@ -53,8 +53,8 @@ use crate::bitmap::{FRAMES, Plane};
 use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
 use crate::error::{ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
-use crate::node::{Mark, Node, Refused, Zone, ZoneKind};
-use crate::stats::{Event, NumaStat, tally};
+use crate::node::{Mark, Node, Refused, Zone, ZoneKind, count_foreign};
+use crate::stats::{Event, NumaStat, OwnEvents, tally};
 use crate::sync::{
     AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, spin_loop,
 };
@@ -456,24 +456,19 @@ impl CacheAccess for Shared<'_, '_> {
         match lock_unclaimed(pc) {
             Some(mut c) => self.caches.take_at(self.cpu, pc, &mut c, want, nodes, zero),
             None => {
-                // A handle holds the cache: straight from the zone, counted in the nodes.
-                let got =
-                    want.node
-                        .zone(want.kind)
-                        .alloc(Order::ZERO, want.mark, want.class, zero)?;
-                tally(
-                    pc.node,
-                    want.asker.preferred,
-                    want.node.id(),
-                    1,
-                    want.asker.interleave,
-                    |node, event, n| {
-                        if let Some(x) = nodes.get(node.index()) {
-                            x.stats().add(event, n);
-                        }
-                    },
-                );
-                Ok(got)
+                // A handle holds the cache: straight from the zone, counted there (and a
+                // fallback in the preferred node's `numa_foreign`).
+                let (got, preferred) = (want.node.id(), want.asker.preferred);
+                let events = OwnEvents::of(pc.node, preferred, got, want.asker.interleave);
+                let block = want.node.zone(want.kind).alloc(
+                    Order::ZERO,
+                    want.mark,
+                    want.class,
+                    zero,
+                    Some(events),
+                )?;
+                count_foreign(nodes, preferred, got, 1);
+                Ok(block)
             }
         }
     }
@@ -731,7 +726,7 @@ impl<'a> Caches<'a> {
                     }
                 }
             }
-            _ => zone.alloc(Order::ZERO, mark, class, zero)?,
+            _ => zone.alloc(Order::ZERO, mark, class, zero, None)?,
         };
         count(
             c.events,

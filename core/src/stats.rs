@@ -100,6 +100,47 @@ impl NumaStats {
     }
 }
 
+/// The events an allocation on a node counts on that node itself: all but `numa_foreign`,
+/// which belongs to the node it preferred. A zone counts them under the lock it already holds
+/// ([`OwnCounts`]), so the node path bumps no shared counter unless it falls back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OwnEvents {
+    /// `numa_hit` (else `numa_miss`).
+    hit: bool,
+    /// `interleave_hit` as well.
+    interleave: bool,
+    /// `local_node` (else `other_node`).
+    local: bool,
+}
+
+impl OwnEvents {
+    /// The events on `got` of an allocation there for a CPU of `cpu_node` that preferred
+    /// `preferred` (`il`: an interleave allocation), as [`tally`] counts them.
+    pub(crate) fn of(cpu_node: NodeId, preferred: NodeId, got: NodeId, il: bool) -> Self {
+        OwnEvents {
+            hit: got == preferred,
+            interleave: il && got == preferred,
+            local: got == cpu_node,
+        }
+    }
+}
+
+/// A zone's own share of its node's numastat, per event (indexed by [`Event::index`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct OwnCounts(pub(crate) [u64; 6]);
+
+impl OwnCounts {
+    /// Counts `n` allocations that made `e`.
+    pub(crate) fn record(&mut self, e: OwnEvents, n: u64) {
+        let c = &mut self.0;
+        c[if e.hit { Event::Hit } else { Event::Miss }.index()] += n;
+        if e.interleave {
+            c[Event::InterleaveHit.index()] += n;
+        }
+        c[if e.local { Event::Local } else { Event::Other }.index()] += n;
+    }
+}
+
 /// Linux's `zone_statistics()`: which numastat events one allocation of `n` pages on `got`
 /// makes, for a CPU of `cpu_node` that preferred `preferred`. `add(node, event, n)` records one.
 pub(crate) fn tally(
@@ -128,4 +169,36 @@ pub(crate) fn tally(
         },
         n,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zone's own counts are exactly what `tally` (Linux's `zone_statistics`) counts on the
+    /// node the allocation landed on, for every combination of CPU node, preferred node,
+    /// landing node and interleave; `numa_foreign` stays with the preferred node.
+    #[test]
+    fn own_counts_are_tally_on_the_landing_node() {
+        let n = NodeId::new;
+        for (cpu, preferred, got) in (0..27).map(|i| (n(i / 9), n(i / 3 % 3), n(i % 3))) {
+            for il in [false, true] {
+                let mut want = [0u64; 6];
+                let mut foreign = 0;
+                tally(cpu, preferred, got, 5, il, |node, e, k| {
+                    if e == Event::Foreign {
+                        assert_eq!(node, preferred);
+                        foreign += k;
+                    } else {
+                        assert_eq!(node, got);
+                        want[e.index()] += k;
+                    }
+                });
+                let mut own = OwnCounts::default();
+                own.record(OwnEvents::of(cpu, preferred, got, il), 5);
+                assert_eq!(own.0, want, "{cpu:?} {preferred:?} {got:?} {il}");
+                assert_eq!(foreign, if got == preferred { 0 } else { 5 });
+            }
+        }
+    }
 }

@@ -9,8 +9,8 @@ use super::cmdline::HugepageConfig;
 use super::{HugeJob, ReservationPlan};
 use crate::addr::{HugeSize, Pfn, PhysRange};
 use crate::machine::{Machine, MemoryRange};
-pub(super) use crate::test_util::n;
 use crate::test_util::Spec;
+pub(super) use crate::test_util::n;
 use crate::topology::{NodeId, NodeInfo};
 
 /// Nodes of the given sizes in frames, back to back from 0; a size of 0 is memoryless.

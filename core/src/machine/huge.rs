@@ -5,7 +5,7 @@
 use super::{Machine, Request};
 use crate::addr::{HugeSize, Pfn};
 use crate::error::FreeError;
-use crate::node::{HugeCounts, Refused, ZoneKind};
+use crate::node::{HugeCounts, Refused, ZoneKind, count_foreign};
 use crate::topology::NodeId;
 
 impl<'a> Machine<'a> {
@@ -61,8 +61,9 @@ impl<'a> Machine<'a> {
                     continue;
                 }
                 for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
-                    if let Some(got) = self.nodes[node.index()].zone(kind).pool_take(size.order()) {
-                        self.count(req, node, 1);
+                    let zone = self.nodes[node.index()].zone(kind);
+                    if let Some(got) = zone.pool_take(size.order(), req.events(node)) {
+                        count_foreign(self.nodes, req.preferred, node, 1);
                         return Some(self.zeroed(req.flags, size.order().frames(), got));
                     }
                 }

@@ -184,7 +184,11 @@ impl<'a> Machine<'a> {
 
     /// numastat counters of `node`.
     pub fn numastat(&self, node: NodeId) -> Option<NumaStat> {
-        let mut s = self.node(node)?.stats().snapshot();
+        let n = self.node(node)?;
+        let mut s = n.stats().snapshot();
+        for kind in crate::node::ZoneKind::ALL {
+            s.add_counts(&n.zone(kind).events().0);
+        }
         self.caches.events(node, &mut s);
         Some(s)
     }

@@ -8,9 +8,9 @@ use super::{AllocFlags, Machine};
 use crate::addr::{Order, Pfn, PhysRange};
 use crate::buddy::{Got, Hosting};
 use crate::meta::{Class, Pool, Short};
-use crate::node::{Mark, Refused, Zone, ZoneKind};
+use crate::node::{Mark, Refused, Zone, ZoneKind, count_foreign};
 use crate::platform::Mapped;
-use crate::stats::tally;
+use crate::stats::OwnEvents;
 use crate::topology::{NodeId, NodeMask};
 
 /// One allocation request: who asks, which node it prefers, and what it may use.
@@ -64,6 +64,12 @@ impl<'f> Request<'f> {
 
     fn allows(&self, node: NodeId) -> bool {
         self.filter.is_none_or(|f| f.contains(node))
+    }
+
+    /// The numastat events an allocation for the request makes on `got`, the node it landed
+    /// on (its zone counts them under its lock).
+    pub(crate) fn events(&self, got: NodeId) -> OwnEvents {
+        OwnEvents::of(self.cpu_node, self.preferred, got, self.interleave)
     }
 
     /// The lifetime class the request's pageblocks serve.
@@ -124,10 +130,10 @@ impl<'a> Machine<'a> {
         if zero && self.clearer.is_none() {
             return None;
         }
-        let (got, node) = self.walk_with(req, |_, zone, mark| {
-            zone.alloc(req.order, mark, req.class(), zero)
+        let (got, node) = self.walk_with(req, |node, zone, mark| {
+            zone.alloc(req.order, mark, req.class(), zero, Some(req.events(node)))
         })?;
-        self.count(req, node, 1);
+        count_foreign(self.nodes, req.preferred, node, 1);
         Some(self.zeroed(req.flags, req.order.frames(), got))
     }
 
@@ -295,22 +301,6 @@ impl<'a> Machine<'a> {
         None
     }
 
-    /// Counts one allocation of `n` pages on `got` in the node counters.
-    pub(super) fn count(&self, req: &Request<'_>, got: NodeId, n: u64) {
-        tally(
-            req.cpu_node,
-            req.preferred,
-            got,
-            n,
-            req.interleave,
-            |node, event, n| {
-                if let Some(x) = self.nodes.get(node.index()) {
-                    x.stats().add(event, n);
-                }
-            },
-        );
-    }
-
     /// Fills `out` with order-0 frames preferring `node`, walking its zonelist and taking each
     /// zone's lock once per pass. Returns how many frames it placed (short only when memory
     /// runs out).
@@ -383,11 +373,14 @@ impl<'a> Machine<'a> {
                         // The poison mode checks the clean frames: it needs them told apart.
                         let split =
                             req.flags.contains(AllocFlags::ZERO) || cfg!(feature = "poison");
-                        let (got, dirty, why) =
-                            zone.alloc_bulk(&mut out[done..], mark, req.class(), split);
-                        if got > 0 {
-                            self.count(req, node, got as u64);
-                        }
+                        let (got, dirty, why) = zone.alloc_bulk(
+                            &mut out[done..],
+                            mark,
+                            req.class(),
+                            split,
+                            req.events(node),
+                        );
+                        count_foreign(self.nodes, req.preferred, node, got as u64);
                         // The zone's lock is dropped: clear the dirty frames it placed last (and
                         // in the poison mode check the clean ones before them).
                         let clean = got - dirty;

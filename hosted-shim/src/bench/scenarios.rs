@@ -350,6 +350,19 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
                 .per_iter(threads as u64),
             );
         }
+        // The node API: every thread through the zone lock, no per-CPU cache.
+        for (scenario, threads) in rows {
+            let mut nodes: Vec<NumaNode<'_, '_>> = (0..threads)
+                .map(|_| NumaNode::new(m, NodeId::new(0), AllocFlags::empty()))
+                .collect();
+            cells.push(
+                cell(scenario, name::NUMAFRAME_NODE, move |i| {
+                    set_caches(m, true);
+                    pairs_threads(&mut nodes, i)
+                })
+                .per_iter(threads as u64),
+            );
+        }
         for (scenario, threads) in rows {
             cells.push(locked_cell(scenario, name::BUDDY, &b, threads));
         }
