@@ -188,7 +188,14 @@ impl<'a> Machine<'a> {
                 true
             }
             None => {
-                let _ = zone.free(base, Order::MAX, &self.caches, true);
+                // Untouched since it was free: nothing to fill.
+                let _ = zone.free(
+                    base,
+                    Order::MAX,
+                    &self.caches,
+                    true,
+                    crate::platform::Poison::default(),
+                );
                 zone.end_growth();
                 false
             }
