@@ -387,7 +387,8 @@ impl<'a> Machine<'a> {
                         continue;
                     }
                     loop {
-                        // The poison mode checks the clean frames: it needs them told apart.
+                        // The poison mode checks clean and dirty frames against different
+                        // bytes: it needs them told apart.
                         let split =
                             req.flags.contains(AllocFlags::ZERO) || cfg!(feature = "poison");
                         let (got, dirty, why) =
@@ -396,7 +397,7 @@ impl<'a> Machine<'a> {
                             self.count(req, node, got as u64);
                         }
                         // The zone's lock is dropped: clear the dirty frames it placed last (and
-                        // in the poison mode check the clean ones before them).
+                        // in the poison mode check every frame first).
                         let clean = got - dirty;
                         let from = if cfg!(feature = "poison") { 0 } else { clean };
                         for (i, &pfn) in out[done..done + got].iter().enumerate().skip(from) {
