@@ -89,11 +89,11 @@ pub use addr::{HugeSize, MAX_ORDER, Order, PAGE_SIZE, Pfn, PhysAddr, PhysRange};
 pub use buddy::{PageblockCounts, PageblockInfo, PageblockKind};
 pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
-#[cfg(feature = "poison")]
-pub use machine::WriteAfterFree;
 pub use machine::{
     AllocFlags, BootOptions, CpuHandle, Machine, MemoryRange, REPORT_CAPACITY, Reported,
 };
+#[cfg(feature = "poison")]
+pub use machine::{POISON_BYTE, WriteAfterFree};
 pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;
 pub use node::{HugeCounts, Node, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};

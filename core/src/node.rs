@@ -8,8 +8,7 @@ use crate::buddy::{
 };
 use crate::error::{FreeError, InvariantError};
 use crate::meta::{Class, PB_SHIFT, PbRef, Seed, Short, SpanMeta, Use};
-use crate::platform::FrameClearer;
-use crate::platform::Mapped;
+use crate::platform::{FrameClearer, Mapped, Poison};
 use crate::stats::{Event, NumaStats, OwnCounts, OwnEvents};
 use crate::sync::{AtomicU32, AtomicU64, LockFamily, MultiLock, Mutex, MutexGuard, Ordering};
 use crate::topology::NodeId;
@@ -185,13 +184,18 @@ impl Zone {
         self.inner.lock().area.can_add(range)
     }
 
-    /// Adds a span and frees all its frames, dirty unless `zeroed`; the caller checked
-    /// [`Zone::can_add`].
-    pub(crate) fn add_span(&self, span: SpanMeta, seed: Seed, zeroed: bool) {
+    /// Adds a span and frees all its frames, dirty unless `zeroed` (then filled with the
+    /// `poison` pattern through `poison`); the caller checked [`Zone::can_add`].
+    pub(crate) fn add_span(&self, span: SpanMeta, seed: Seed, zeroed: bool, poison: Poison<'_>) {
         let frames = span.range.frames();
         let mut z = self.inner.lock();
         // The seed covers the edge pageblocks a span has, so this cannot run short.
         let _ = z.area.add_span(span, seed, zeroed);
+        if !zeroed {
+            // Every frame of the span is free now (its metadata lives in a region outside
+            // it), and nobody can take one before the lock drops.
+            poison.fill(span.range.start(), frames);
+        }
         // Relaxed: see `has_memory`.
         self.managed.fetch_add(frames, Ordering::Relaxed);
     }
@@ -270,9 +274,15 @@ impl Zone {
 
     /// Clears up to `budget` dirty free frames of the zone (at least one pageblock's worth if
     /// the unit it finds is whole pageblocks) through `clearer`, with the lock dropped while it
-    /// clears. Returns how many frames it cleared, `None` if it found nothing to do or an
-    /// allocation waits for the zone.
-    pub(crate) fn scrub(&self, budget: u64, clearer: &dyn FrameClearer) -> Option<u64> {
+    /// clears, running `check` on each range just before it clears it (the `poison` debug
+    /// mode's check). Returns how many frames it cleared, `None` if it found nothing to do or
+    /// an allocation waits for the zone.
+    pub(crate) fn scrub(
+        &self,
+        budget: u64,
+        clearer: &dyn FrameClearer,
+        mut check: impl FnMut(PhysRange),
+    ) -> Option<u64> {
         // Relaxed: see `wait_for_scrub`.
         let waiting = || self.scrub_waiters.load(Ordering::Relaxed) > 0;
         let work = {
@@ -292,6 +302,7 @@ impl Zone {
             }
             let start = Pfn::new(work.base.get() + ((b as u64) << work.shift));
             if let Some(range) = PhysRange::new(start, Pfn::new(start.get() + unit)) {
+                check(range);
                 clearer.clear(range);
             }
             done.put(b, true);
@@ -332,21 +343,31 @@ impl Zone {
     }
 
     /// Frees one block (checked), dirty or clean; frames of a pageblock lent to a CPU are
-    /// freed through `hot`. On error nothing changes.
+    /// freed through `hot`. A block freed dirty is filled through `poison` (the `poison` debug
+    /// mode). On error nothing changes, the block's bytes included.
     pub(crate) fn free(
         &self,
         pfn: Pfn,
         order: Order,
         hot: &dyn HotFrames,
         dirty: bool,
+        poison: Poison<'_>,
     ) -> Result<(), FreeError> {
         let mut z = self.inner.lock();
         match z.area.free(pfn, order, dirty)? {
             Found::Hot { r, off } => {
                 let (cpu, slot) = z.area.holder(r).ok_or(FreeError::NotAllocated { pfn })?;
-                hot.free(cpu, slot, off, order.get(), pfn, dirty)
+                hot.free(cpu, slot, off, order.get(), pfn, dirty, poison)
             }
-            _ => Ok(()),
+            _ => {
+                // The free found the block handed out, so the fill comes after its checks;
+                // the frames are free in the zone now, but nobody can take them (an
+                // allocation, a scrub, a lending) before the lock drops.
+                if dirty {
+                    poison.fill(pfn, order.frames());
+                }
+                Ok(())
+            }
         }
     }
 
@@ -470,9 +491,29 @@ impl Zone {
         Some(got)
     }
 
-    /// Returns a pool page; on error nothing changes.
-    pub(crate) fn pool_put(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.inner.lock().area.pool_put(pfn, order)
+    /// Returns a pool page (dirty from now on: filled through `poison`); on error nothing
+    /// changes.
+    pub(crate) fn pool_put(
+        &self,
+        pfn: Pfn,
+        order: Order,
+        poison: Poison<'_>,
+    ) -> Result<(), FreeError> {
+        let mut z = self.inner.lock();
+        z.area.pool_put(pfn, order)?;
+        // As in `free`: found handed out, and nobody can take it before the lock drops.
+        poison.fill(pfn, order.frames());
+        Ok(())
+    }
+
+    /// Fills every free frame the zone counts as dirty through `poison` (the `poison` debug
+    /// mode's fill of memory that joined the zone before the machine had a clearer). Frames
+    /// lent to CPUs are not the zone's to fill.
+    #[cfg(feature = "poison")]
+    pub(crate) fn poison_dirty(&self, poison: Poison<'_>) {
+        let z = self.inner.lock();
+        z.area
+            .for_each_dirty_free(|r| poison.fill(r.start(), r.frames()));
     }
 
     /// The page counts of this zone's pool of `order` (zero for an order without a pool).

@@ -54,6 +54,7 @@ use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
 use crate::error::{ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
 use crate::node::{Mark, Node, Refused, Zone, ZoneKind, count_foreign};
+use crate::platform::Poison;
 use crate::stats::{Event, NumaStat, OwnEvents, tally};
 use crate::sync::{
     AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering, spin_loop,
@@ -740,6 +741,7 @@ impl<'a> Caches<'a> {
 
     /// Frees an order-0 frame from the CPU whose cache `c` is, dirty or clean: into its own
     /// pageblock with one swap (or, `unchecked`, one store), or else says which zone takes it.
+    /// A frame freed dirty into its own pageblock is filled through `poison` first.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     fn free_at<'n>(
@@ -751,9 +753,25 @@ impl<'a> Caches<'a> {
         locate: impl FnOnce(Pfn) -> Option<LastSpan>,
         dirty: bool,
         unchecked: bool,
+        poison: Poison<'_>,
     ) -> Result<Dest<'n>, FreeError> {
         if let Some((i, off)) = (0..SLOTS).find_map(|i| Some((i, c.slots[i].holds(pfn)?))) {
             let byte = &pc.states[i].states[off];
+            if dirty && poison.on() {
+                // The `poison` debug mode fills the frame between the check and the swap that
+                // makes it free: a double free is refused before it touches the frame. Only a
+                // remote free (under the zone lock) can change a handed-out frame's byte
+                // meanwhile; if it wins, the swap below refuses this free, whose fill then hit
+                // a free frame that only this CPU, busy here, can hand out again.
+                if !unchecked {
+                    // Acquire: as the swap's failure ordering.
+                    let found = byte.load(Ordering::Acquire);
+                    if found != state::HELD {
+                        return Err(misuse(found, pfn, 0));
+                    }
+                }
+                poison.fill(pfn, 1);
+            }
             if unchecked {
                 // Release: as below. The caller guarantees the frame is handed out and that no
                 // other free of it runs, so no other writer races this store.
@@ -795,7 +813,8 @@ impl<'a> Caches<'a> {
     /// Frees an order-0 frame from `cpu`, dirty or clean: into its own pageblock with one
     /// swap, or to its zone (under the zone lock) when another CPU holds it or nobody does.
     /// `locate` finds the span of a frame outside the CPU's last one (it takes no lock).
-    /// When a handle holds `cpu`'s cache, this is a free from elsewhere: to the zone.
+    /// When a handle holds `cpu`'s cache, this is a free from elsewhere: to the zone. A frame
+    /// freed dirty is filled through `poison` (the `poison` debug mode).
     pub(crate) fn free(
         &self,
         cpu: CpuId,
@@ -803,16 +822,19 @@ impl<'a> Caches<'a> {
         nodes: &[Node],
         locate: impl FnOnce(Pfn) -> Option<LastSpan>,
         dirty: bool,
+        poison: Poison<'_>,
     ) -> Result<(), FreeError> {
         let pc = self
             .cpus
             .get(cpu.index())
             .ok_or(FreeError::UnknownCpu { cpu: cpu.0 })?;
         let zone = match lock_unclaimed(pc) {
-            Some(mut c) => match self.free_at(pc, &mut c, pfn, nodes, locate, dirty, false)? {
-                Dest::Cached => return Ok(()),
-                Dest::Zone(zone) => zone,
-            },
+            Some(mut c) => {
+                match self.free_at(pc, &mut c, pfn, nodes, locate, dirty, false, poison)? {
+                    Dest::Cached => return Ok(()),
+                    Dest::Zone(zone) => zone,
+                }
+            }
             None => {
                 let last = locate(pfn).ok_or(FreeError::Foreign { pfn })?;
                 nodes
@@ -821,7 +843,7 @@ impl<'a> Caches<'a> {
                     .zone(last.zone)
             }
         };
-        zone.free(pfn, Order::ZERO, self, dirty)
+        zone.free(pfn, Order::ZERO, self, dirty, poison)
     }
 
     /// Gives back to their zones the pageblocks `cpu` holds for the (node, zone) pairs `wanted`
@@ -1017,7 +1039,8 @@ impl Owned<'_, '_> {
 
     /// Frees an order-0 frame through the cache: see [`Caches::free`]. `unchecked` replaces
     /// the double-free check of a frame of the CPU's own pageblocks by a store (the caller
-    /// guarantees the frame is handed out and freed once).
+    /// guarantees the frame is handed out and freed once). A frame freed dirty is filled
+    /// through `poison` (the `poison` debug mode).
     #[inline]
     pub(crate) fn free(
         &mut self,
@@ -1025,12 +1048,22 @@ impl Owned<'_, '_> {
         locate: impl FnOnce(Pfn) -> Option<LastSpan>,
         dirty: bool,
         unchecked: bool,
+        poison: Poison<'_>,
     ) -> Result<(), FreeError> {
         self.honour();
         let (caches, pc, nodes) = (self.caches, self.pc, self.nodes);
-        match caches.free_at(pc, &mut self.c, pfn, nodes, locate, dirty, unchecked)? {
+        match caches.free_at(
+            pc,
+            &mut self.c,
+            pfn,
+            nodes,
+            locate,
+            dirty,
+            unchecked,
+            poison,
+        )? {
             Dest::Cached => Ok(()),
-            Dest::Zone(zone) => zone.free(pfn, Order::ZERO, caches, dirty),
+            Dest::Zone(zone) => zone.free(pfn, Order::ZERO, caches, dirty, poison),
         }
     }
 }
@@ -1186,11 +1219,28 @@ impl HotFrames for Caches<'_> {
         order: u8,
         pfn: Pfn,
         dirty: bool,
+        poison: Poison<'_>,
     ) -> Result<(), FreeError> {
         let states = self
             .states_of(cpu, slot)
             .ok_or(FreeError::NotAllocated { pfn })?;
         let s = states.states.get(off).ok_or(FreeError::Foreign { pfn })?;
+        if dirty && poison.on() {
+            // The `poison` debug mode fills the block between the check and the swap that
+            // makes it free, as in `free_at`: a double free is refused untouched. A block of
+            // order 1 or more has no other writer here (the owner frees order 0 only, other
+            // frees hold this zone lock). For an order-0 frame the owner's own free can win
+            // meanwhile and the owner hand the frame out again; then the swap below succeeds
+            // against its new owner and the fill hit that owner's frame. That is a double free
+            // racing the frame's reallocation: from then on it is a valid free of the new
+            // owner's frame, which no allocator can tell apart from a double free.
+            // Acquire: as the swap's failure ordering.
+            let found = s.load(Ordering::Acquire);
+            if found != state::HELD | order {
+                return Err(misuse(found, pfn, order));
+            }
+            poison.fill(pfn, 1 << order);
+        }
         // AcqRel: as in `Caches::free`; the owner's store of a popped frame and this swap are
         // the only writers of a handed-out frame's byte.
         s.compare_exchange(

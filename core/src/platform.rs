@@ -9,7 +9,8 @@
 //!
 //! Clearing frames goes through a seam of its own, [`FrameClearer`]: the core asks the platform
 //! to zero frames it is about to hand out zeroed, or free frames it scrubs, and never writes
-//! them itself. The `poison` debug mode reads frames through it too, and only through it.
+//! them itself. The `poison` debug mode reads frames through it too, and fills the frames
+//! freed dirty with its pattern, only through it.
 
 use core::mem::{align_of, size_of};
 use core::ptr::NonNull;
@@ -37,7 +38,10 @@ pub unsafe trait PhysMemory: Sync {
 ///
 /// The core calls [`clear`](FrameClearer::clear) only on frames that belong to nobody at that
 /// moment: frames it is about to return from an allocation, or free frames it took off its
-/// lists to scrub. It holds no lock while it does, so any CPU may call it, hence `Sync`.
+/// lists to scrub. It holds no lock while it does, so any CPU may call it, hence `Sync`. The
+/// methods of the `poison` debug mode ([`first_other`](FrameClearer::first_other),
+/// [`fill`](FrameClearer::fill)) have defaults that do nothing; the mode's fill runs under the
+/// lock of the freed frames' zone (or their CPU's cache), so it must not call into the machine.
 pub trait FrameClearer: Sync {
     /// Writes zeros over every byte of `range`, so that whoever reads the frames next sees
     /// zeros, including a reader that bypasses the caches (a guest running with caches off, a
@@ -45,16 +49,71 @@ pub trait FrameClearer: Sync {
     /// point of coherency before it returns.
     fn clear(&self, range: PhysRange);
 
-    /// The first frame of `range` holding a byte other than zero, or `None` if every byte reads
-    /// as zero. The default cannot read frames and finds none.
+    /// The first frame of `range` holding a byte other than `byte`, or `None` if every byte
+    /// reads as `byte`. The default cannot read frames and finds none.
     ///
-    /// Only the core's `poison` debug mode calls it, on frames it is about to hand out that it
-    /// holds as clean (frames that were freed clean, scrubbed, or booted zeroed): a nonzero
-    /// byte is a write into the frame while it was free. Those frames belong to nobody while it
-    /// runs, as for [`clear`](FrameClearer::clear).
-    fn first_nonzero(&self, range: PhysRange) -> Option<Pfn> {
-        let _ = range;
+    /// Only the core's `poison` debug mode calls it, on frames nobody owns while it runs (as
+    /// for [`clear`](FrameClearer::clear)): free frames it is about to hand out or to scrub,
+    /// to find the ones written while they were free. It asks with zero for frames it holds as
+    /// clean and with the pattern (`POISON_BYTE`, 0xaa) for frames freed dirty.
+    fn first_other(&self, range: PhysRange, byte: u8) -> Option<Pfn> {
+        let _ = (range, byte);
         None
+    }
+
+    /// Writes `byte` over every byte of `range`. The default does nothing.
+    ///
+    /// Only the core's `poison` debug mode calls it: it fills frames freed dirty with the
+    /// pattern, once the free has found them handed out and before anyone can take them again.
+    /// No cache clean is needed: nothing but the mode itself reads the pattern on purpose.
+    fn fill(&self, range: PhysRange, byte: u8) {
+        let _ = (range, byte);
+    }
+}
+
+/// How the core fills frames freed dirty in the `poison` debug mode: the machine's clearer
+/// there (if it has one); nothing, and no field, in other builds, so every fill compiles away.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Poison<'a> {
+    #[cfg(feature = "poison")]
+    clearer: Option<&'a dyn FrameClearer>,
+    _clearer: core::marker::PhantomData<&'a dyn FrameClearer>,
+}
+
+impl<'a> Poison<'a> {
+    /// Fills through `clearer` in the `poison` debug mode (a build without it ignores it).
+    pub(crate) fn new(clearer: Option<&'a dyn FrameClearer>) -> Self {
+        #[cfg(not(feature = "poison"))]
+        let _ = clearer;
+        Self {
+            #[cfg(feature = "poison")]
+            clearer,
+            _clearer: core::marker::PhantomData,
+        }
+    }
+
+    /// `true` if [`Poison::fill`] writes frames: a `poison` build with a clearer.
+    #[inline]
+    pub(crate) fn on(self) -> bool {
+        #[cfg(feature = "poison")]
+        return self.clearer.is_some();
+        #[cfg(not(feature = "poison"))]
+        false
+    }
+
+    /// Fills the `frames` frames from `pfn` with the pattern. The caller freed them dirty and
+    /// owns them until it publishes the free: no other CPU can take them meanwhile.
+    #[inline]
+    pub(crate) fn fill(self, pfn: Pfn, frames: u64) {
+        #[cfg(feature = "poison")]
+        if let (Some(c), Some(range)) = (
+            self.clearer,
+            PhysRange::new(pfn, Pfn::new(pfn.get() + frames)),
+        ) {
+            c.fill(range, crate::POISON_BYTE);
+        }
+        #[cfg(not(feature = "poison"))]
+        let _ = (pfn, frames);
     }
 }
 

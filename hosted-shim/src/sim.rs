@@ -225,16 +225,23 @@ unsafe impl PhysMemory for SimMemory {
 }
 
 /// Clears frames with a plain `memset` of the arena (the host's caches are coherent, so no
-/// clean to memory follows), and reads them for the `poison` debug mode. A range outside every
-/// arena is left alone, and holds no nonzero byte as far as this can tell.
+/// clean to memory follows), and reads and fills them for the `poison` debug mode. A range
+/// outside every arena is left alone, and holds only the byte asked about as far as this can
+/// tell.
 impl FrameClearer for SimMemory {
     fn clear(&self, range: PhysRange) {
         // SAFETY: the allocator clears only frames that nobody owns while it does (free frames
         // it scrubs, or frames it is about to hand out), so it stands in for their owner.
-        unsafe { self.fill(range, 0) };
+        unsafe { SimMemory::fill(self, range, 0) };
     }
 
-    fn first_nonzero(&self, range: PhysRange) -> Option<Pfn> {
+    fn fill(&self, range: PhysRange, byte: u8) {
+        // SAFETY: the allocator fills only frames freed dirty that nobody owns while it does
+        // (the free checked them handed out, and no one can take them before it is done).
+        unsafe { SimMemory::fill(self, range, byte) };
+    }
+
+    fn first_other(&self, range: PhysRange, byte: u8) -> Option<Pfn> {
         let start = range.start().addr().get();
         let a = self
             .arenas
@@ -243,13 +250,15 @@ impl FrameClearer for SimMemory {
         // SAFETY: inside the arena's mapping (`contains`), page aligned (arenas and frames are).
         let base = unsafe { a.ptr.add((start - a.base) as usize) }.cast::<u64>();
         let words = (PAGE_SIZE / 8) as usize;
+        let want = u64::from_ne_bytes([byte; 8]);
         (0..range.frames()).find_map(|f| {
             let written = (0..words).any(|w| {
                 // SAFETY: word `w` of frame `f` lies in the range, inside the arena; the
                 // allocator asks only about frames nobody owns while it does, so nothing writes
                 // them meanwhile, and a read of plain memory is always defined.
-                unsafe { base.add(f as usize * words + w).read_volatile() != 0 }
+                unsafe { base.add(f as usize * words + w).read_volatile() != want }
             });
+
             written.then(|| Pfn::new(range.start().get() + f))
         })
     }

@@ -180,3 +180,81 @@ impl FreeArea {
         self.dirty_pages
     }
 }
+
+#[cfg(feature = "poison")]
+impl FreeArea {
+    /// Calls `f` with runs of the free frames this marks dirty, ascending within each span:
+    /// free sections from their first dirty pageblock, dirty free pageblocks, and the dirty
+    /// free frames of split pageblocks (the `poison` debug mode fills them). A lent pageblock's
+    /// frames are its CPU's; a unit held by a scrub is left out.
+    pub(crate) fn for_each_dirty_free(&self, mut f: impl FnMut(PhysRange)) {
+        use crate::meta::{SecRef, SectionState};
+        for (slot, span) in self.meta.spans() {
+            for s in 0..span.sections() {
+                let sec = self.meta.section(SecRef {
+                    span: slot,
+                    index: s,
+                });
+                match sec {
+                    Some(x) if x.state == SectionState::Free => {
+                        let frames = section_frames_dirty(&x);
+                        let start = span.section_start(s);
+                        let skip = (PBS_PER_SECTION as u64) * FRAMES as u64 - frames;
+                        if let Some(r) = range_of(start, skip, frames) {
+                            f(r);
+                        }
+                        continue;
+                    }
+                    Some(x) if matches!(x.state, SectionState::Allocated(_)) => continue,
+                    _ => {}
+                }
+                for pb in span.section_pbs(s) {
+                    let r = PbRef {
+                        span: slot,
+                        index: pb,
+                    };
+                    let Some(h) = self.meta.pb(r) else {
+                        continue;
+                    };
+                    let base = span.pb_base(pb);
+                    let dirty = h.flags & flag::DIRTY != 0;
+                    let marked = match h.state {
+                        PbState::Free { .. } | PbState::FreeTail if dirty => Plane::EMPTY,
+                        PbState::Split if !self.scrub_holds_pb(r) => {
+                            let marked = self.meta.with_planes(r, |alloc, extra| match extra {
+                                // Clear where a free frame is marked dirty.
+                                Some(x) => {
+                                    let mut p = *alloc;
+                                    for (w, x) in p.0.iter_mut().zip(x.0.iter()) {
+                                        *w |= !x;
+                                    }
+                                    Some(p)
+                                }
+                                None if dirty => Some(*alloc),
+                                None => None,
+                            });
+                            let Some(marked) = marked.flatten() else {
+                                continue;
+                            };
+                            marked
+                        }
+                        _ => continue,
+                    };
+                    // The clear runs of `marked` are the dirty free frames.
+                    let mut i = 0;
+                    while i < FRAMES {
+                        if marked.get(i) {
+                            i += 1;
+                            continue;
+                        }
+                        let run = (i..FRAMES).take_while(|&k| !marked.get(k)).count();
+                        if let Some(r) = range_of(base, i as u64, run as u64) {
+                            f(r);
+                        }
+                        i += run;
+                    }
+                }
+            }
+        }
+    }
+}

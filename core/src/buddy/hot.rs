@@ -34,7 +34,9 @@ pub(crate) struct Lent {
 /// them.
 pub(crate) trait HotFrames {
     /// Frees the block of `order` at offset `off` of the pageblock that `cpu` holds in `slot`,
-    /// dirty or clean; `pfn` names it in errors. On error nothing changes.
+    /// dirty or clean (then filled through `poison`); `pfn` names it in errors. On error
+    /// nothing changes.
+    #[allow(clippy::too_many_arguments)]
     fn free(
         &self,
         cpu: u32,
@@ -43,6 +45,7 @@ pub(crate) trait HotFrames {
         order: u8,
         pfn: Pfn,
         dirty: bool,
+        poison: crate::platform::Poison<'_>,
     ) -> Result<(), crate::error::FreeError>;
     /// Claims the order-0 frame at offset `off` for a bulk free: no other free of it can win
     /// until [`HotFrames::commit`] frees it or [`HotFrames::unclaim`] gives it back.

@@ -217,7 +217,7 @@ impl<'a> Machine<'a> {
                     // the layout is published.
                     machine.nodes[p.node.index()]
                         .zone(ZoneKind::of(p.usable.start()))
-                        .add_span(span, seed, opts.zeroed);
+                        .add_span(span, seed, opts.zeroed, machine.poison());
                     Ok(())
                 })?;
             }

@@ -148,8 +148,14 @@ impl<'a> Machine<'a> {
                 self.free_clean(pfn, order)
             };
         }
-        self.caches
-            .free(cpu, pfn, self.nodes, |pfn| self.locate(pfn), dirty)
+        self.caches.free(
+            cpu,
+            pfn,
+            self.nodes,
+            |pfn| self.locate(pfn),
+            dirty,
+            self.poison(),
+        )
     }
 
     /// Gives every frame in `cpu`'s cache back to its zone (CPU hotplug, or a remote drain).

@@ -33,7 +33,8 @@ impl<'a> Machine<'a> {
     /// pageblock header, and below 2 MiB a bounded scan of its pageblock's planes.
     pub fn free(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let s = self.layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
-        self.zone_of(&s).free(pfn, order, &self.caches, true)
+        self.zone_of(&s)
+            .free(pfn, order, &self.caches, true, self.poison())
     }
 
     /// [`Machine::free`] of a block the caller cleared: every byte of it reads as zero (and a
@@ -45,7 +46,8 @@ impl<'a> Machine<'a> {
     /// As [`Machine::free`]; the state is then unchanged.
     pub fn free_clean(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let s = self.layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
-        self.zone_of(&s).free(pfn, order, &self.caches, false)
+        self.zone_of(&s)
+            .free(pfn, order, &self.caches, false, self.poison())
     }
 
     /// Frees order-0 frames. Either all are freed, or none is and the error names the first
@@ -94,6 +96,15 @@ impl<'a> Machine<'a> {
                     set.undo(zone(done), done, &self.caches);
                 }
                 return Err(BulkFreeError { index: i, error });
+            }
+        }
+        // Every frame is claimed and none is free to anyone else yet (lent ones are claimed,
+        // the others wait under their zone's lock): the `poison` debug mode fills them now,
+        // after all the checks and before any can be taken again.
+        let poison = self.poison();
+        if poison.on() {
+            for &pfn in pfns {
+                poison.fill(pfn, 1);
             }
         }
         for &pfn in pfns {

@@ -104,7 +104,8 @@ impl CpuHandle<'_, '_> {
                 m.free_clean(pfn, order)
             };
         }
-        self.own.free(pfn, |pfn| m.locate(pfn), dirty, false)
+        self.own
+            .free(pfn, |pfn| m.locate(pfn), dirty, false, m.poison())
     }
 
     /// [`CpuHandle::free`] of an order-0 frame without the double-free check: a frame of one
@@ -126,6 +127,7 @@ impl CpuHandle<'_, '_> {
     #[allow(unsafe_code)]
     pub unsafe fn free_unchecked(&mut self, pfn: Pfn) -> Result<(), FreeError> {
         let m = self.machine;
-        self.own.free(pfn, |pfn| m.locate(pfn), true, true)
+        self.own
+            .free(pfn, |pfn| m.locate(pfn), true, true, m.poison())
     }
 }

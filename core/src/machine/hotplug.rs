@@ -77,7 +77,7 @@ impl<'a> Machine<'a> {
         for (p, (span, seed)) in spans {
             self.nodes[p.node.index()]
                 .zone(ZoneKind::of(p.usable.start()))
-                .add_span(span, seed, false);
+                .add_span(span, seed, false, self.poison());
         }
         let total: u64 = self.nodes.iter().map(Node::managed_pages).sum();
         let min_kb = self

@@ -101,7 +101,7 @@ impl<'a> Machine<'a> {
     /// block, a page already in its pool, a foreign frame); the state is then unchanged.
     pub fn free_huge(&self, pfn: Pfn, size: HugeSize) -> Result<(), FreeError> {
         let s = self.layout.find(pfn).ok_or(FreeError::Foreign { pfn })?;
-        self.zone_of(&s).pool_put(pfn, size.order())
+        self.zone_of(&s).pool_put(pfn, size.order(), self.poison())
     }
 
     /// The page counts of `node`'s pool of `size`.

@@ -27,7 +27,7 @@ use crate::addr::PhysRange;
 use crate::interleave::Weights;
 use crate::node::Node;
 use crate::percpu::{Caches, PcpConfig};
-use crate::platform::{FrameClearer, PhysMemory};
+use crate::platform::{FrameClearer, PhysMemory, Poison};
 use crate::stats::NumaStat;
 use crate::sync::RwLock;
 use crate::topology::{NodeId, NodeMask, Topology};
@@ -36,7 +36,7 @@ use crate::zonelist::FallbackOptions;
 pub use self::handle::CpuHandle;
 use self::layout::Layout;
 #[cfg(feature = "poison")]
-pub use self::poison::WriteAfterFree;
+pub use self::poison::{POISON_BYTE, WriteAfterFree};
 pub use self::report::{REPORT_CAPACITY, Reported};
 pub(crate) use self::walk::Request;
 
@@ -137,10 +137,22 @@ impl core::fmt::Debug for Machine<'_> {
 impl<'a> Machine<'a> {
     /// The machine, clearing frames through `clearer` from now on: for
     /// [`AllocFlags::ZERO`] and for [`Machine::scrub`].
+    ///
+    /// In the `poison` debug mode it also fills every free frame counted as dirty with the
+    /// pattern through `clearer` (boot memory not declared zeroed joined its zones before the
+    /// machine had a clearer to fill it with), after giving every CPU's cached pageblocks back
+    /// to their zones.
     #[must_use]
     pub fn with_clearer(mut self, clearer: &'a dyn FrameClearer) -> Self {
         self.clearer = Some(clearer);
+        #[cfg(feature = "poison")]
+        self.poison_free_memory();
         self
+    }
+
+    /// How frees fill frames freed dirty in the `poison` debug mode (nothing in other builds).
+    pub(crate) fn poison(&self) -> Poison<'a> {
+        Poison::new(self.clearer)
     }
 
     /// The topology the machine was booted with.

@@ -5,8 +5,6 @@
 //! and the clear happens once the lock is dropped, before the block reaches its caller.
 #![deny(unsafe_code)]
 
-#[cfg(feature = "poison")]
-use super::WriteAfterFree;
 use super::{AllocFlags, Machine};
 use crate::addr::{Pfn, PhysRange};
 use crate::buddy::Got;
@@ -44,7 +42,7 @@ impl<'a> Machine<'a> {
             'zones: for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
                 let zone = n.zone(kind);
                 while left > 0 {
-                    match zone.scrub(left, clearer) {
+                    match zone.scrub(left, clearer, |r| self.watch_scrub(r)) {
                         Some(0) | None => continue 'zones,
                         Some(done) => left = left.saturating_sub(done),
                     }
@@ -55,7 +53,7 @@ impl<'a> Machine<'a> {
     }
 
     /// The block of `got` (`frames` frames), its dirty part cleared if `flags` ask for zeroed
-    /// memory; in the `poison` debug mode its clean part is checked first.
+    /// memory; in the `poison` debug mode the whole block is checked first.
     pub(super) fn zeroed(&self, flags: AllocFlags, frames: u64, got: Got) -> Pfn {
         if let Some(r) = self.checked(got, frames)
             && flags.contains(AllocFlags::ZERO)
@@ -65,49 +63,15 @@ impl<'a> Machine<'a> {
         got.pfn
     }
 
-    /// The part of the block of `got` that may not read as zero: its dirty part.
+    /// The part of the block of `got` that may not read as zero: its dirty part (the `poison`
+    /// debug mode has its own, which checks the block first).
     #[cfg(not(feature = "poison"))]
     fn checked(&self, got: Got, _frames: u64) -> Option<PhysRange> {
         got.dirty
     }
 
-    /// The part of the block of `got` (`frames` frames) that may not read as zero: its dirty
-    /// part, or the whole block if a frame of its clean part was written while free (each such
-    /// frame is recorded, see `poison`).
-    #[cfg(feature = "poison")]
-    fn checked(&self, got: Got, frames: u64) -> Option<PhysRange> {
-        let block = PhysRange::new(got.pfn, Pfn::new(got.pfn.get() + frames))?;
-        let Some(c) = self.clearer else {
-            return got.dirty;
-        };
-        let clean = match got.dirty {
-            None => [Some(block), None],
-            Some(d) => [
-                PhysRange::new(block.start(), d.start()),
-                PhysRange::new(d.end(), block.end()),
-            ],
-        };
-        let mut written = false;
-        for mut part in clean.into_iter().flatten() {
-            // A frame outside `part` breaks the platform's promise: the walk stops there.
-            while let Some(p) = c.first_nonzero(part).filter(|&p| part.contains(p)) {
-                self.poison.record(p);
-                written = true;
-                match PhysRange::new(Pfn::new(p.get() + 1), part.end()) {
-                    Some(rest) => part = rest,
-                    None => break,
-                }
-            }
-        }
-        if written { Some(block) } else { got.dirty }
-    }
-
-    /// The writes after free the `poison` debug mode found so far: frames that an allocation
-    /// found holding a nonzero byte while the allocator held them as clean (see
-    /// [`FrameClearer::first_nonzero`](crate::FrameClearer::first_nonzero)). Only frames freed
-    /// clean, scrubbed or booted zeroed are watched; nothing is found without a clearer.
-    #[cfg(feature = "poison")]
-    pub fn writes_after_free(&self) -> WriteAfterFree {
-        self.poison.snapshot()
-    }
+    /// Nothing: the `poison` debug mode's check of a range a scrub is about to clear.
+    #[cfg(not(feature = "poison"))]
+    #[inline]
+    fn watch_scrub(&self, _range: PhysRange) {}
 }

@@ -194,7 +194,14 @@ impl<'a> Machine<'a> {
                 true
             }
             None => {
-                let _ = zone.free(base, Order::MAX, &self.caches, true);
+                // Untouched since it was free: nothing to fill.
+                let _ = zone.free(
+                    base,
+                    Order::MAX,
+                    &self.caches,
+                    true,
+                    crate::platform::Poison::default(),
+                );
                 zone.end_growth();
                 false
             }
@@ -370,7 +377,8 @@ impl<'a> Machine<'a> {
                         continue;
                     }
                     loop {
-                        // The poison mode checks the clean frames: it needs them told apart.
+                        // The poison mode checks clean and dirty frames against different
+                        // bytes: it needs them told apart.
                         let split =
                             req.flags.contains(AllocFlags::ZERO) || cfg!(feature = "poison");
                         let (got, dirty, why) = zone.alloc_bulk(
@@ -382,7 +390,7 @@ impl<'a> Machine<'a> {
                         );
                         count_foreign(self.nodes, req.preferred, node, got as u64);
                         // The zone's lock is dropped: clear the dirty frames it placed last (and
-                        // in the poison mode check the clean ones before them).
+                        // in the poison mode check every frame first).
                         let clean = got - dirty;
                         let from = if cfg!(feature = "poison") { 0 } else { clean };
                         for (i, &pfn) in out[done..done + got].iter().enumerate().skip(from) {
