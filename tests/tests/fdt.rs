@@ -2,13 +2,16 @@
 //! NUMA layouts given as `-numa` options, and on mutations of them:
 //! - nodes, distances, node states, memory ranges and the CPU → node list are the layout's;
 //! - a machine without `-numa` is one node;
-//! - no mutation of a real tree makes `parse` panic, and every error displays.
+//! - no mutation of a real tree makes `parse` panic, every error displays and every error
+//!   offset lies inside the tree.
 //!
 //! Needs `qemu-system-aarch64` on `PATH` (see `qemu.rs`).
 
 mod qemu_support;
 
-use numaframe::fdt::{FdtError, FdtTopology, for_each_reservation, parse, string_property};
+use numaframe::fdt::{
+    FdtError, FdtTopology, Malformed, for_each_reservation, parse, string_property,
+};
 use numaframe::{MemoryRange, NodeId, NodeInfo, PhysRange, Topology};
 use numaframe_testkit::TempDir;
 use proptest::prelude::*;
@@ -245,11 +248,83 @@ proptest! {
         let mut o = Out::new();
         match parse(&dtb, &mut o.topo()) {
             Ok(_) => {}
-            Err(e) => prop_assert!(!e.to_string().is_empty()),
+            Err(e) => {
+                prop_assert!(!e.to_string().is_empty());
+                prop_assert!(offset(e).is_none_or(|at| at < dtb.len()), "{e:?}");
+            }
         }
-        let _ = string_property(&dtb, "/chosen", "bootargs");
-        let _ = for_each_reservation(&dtb, |_, _| {});
+        if let Err(e) = string_property(&dtb, "/chosen", "bootargs") {
+            prop_assert!(offset(e).is_none_or(|at| at < dtb.len()), "{e:?}");
+        }
+        if let Err(e) = for_each_reservation(&dtb, |_, _| {}) {
+            prop_assert!(offset(e).is_none_or(|at| at < dtb.len()), "{e:?}");
+        }
     }
+}
+
+/// The offset in the tree an error names, if it names one.
+fn offset(e: FdtError) -> Option<usize> {
+    match e {
+        FdtError::Malformed { at, .. }
+        | FdtError::BadProperty { at, .. }
+        | FdtError::BadCells { at, .. }
+        | FdtError::NodeIdOutOfRange { at, .. }
+        | FdtError::MissingNodeId { at }
+        | FdtError::BadDistance { at, .. }
+        | FdtError::BadRange { at, .. } => Some(at),
+        _ => None,
+    }
+}
+
+fn word(dtb: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(dtb[at..at + 4].try_into().unwrap())
+}
+
+/// `dtb` with the name of its first node called `name` emptied, the structure block shrunk to
+/// match and the blocks after it moved down (as `dtc` would lay out the renamed tree).
+fn with_name_emptied(dtb: &[u8], name: &str) -> Vec<u8> {
+    let (off_struct, size_struct) = (word(dtb, 8) as usize, word(dtb, 36) as usize);
+    let mut entry = 1u32.to_be_bytes().to_vec();
+    entry.extend(name.as_bytes());
+    entry.push(0);
+    let at = (off_struct..off_struct + size_struct)
+        .step_by(4)
+        .find(|&i| dtb[i..].starts_with(&entry))
+        .expect("the tree has a node of that name")
+        + 4;
+    let padded = (name.len() + 1).next_multiple_of(4);
+    let shrink = (padded - 4) as u32;
+    let mut out = dtb[..at].to_vec();
+    out.extend([0; 4]);
+    out.extend(&dtb[at + padded..]);
+    let after = |field| word(dtb, field) as usize > at;
+    for (field, moves) in [(4, true), (12, after(12)), (16, after(16)), (36, true)] {
+        if moves {
+            let w = word(&out, field) - shrink;
+            out[field..field + 4].copy_from_slice(&w.to_be_bytes());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_nameless_memory_node_is_malformed_at_the_root() {
+    // The `fdt` crate reports an empty node name as "/", a string outside the tree: the error
+    // must still name a byte of the tree, the root's (where the structure block starts).
+    let tree = real_tree();
+    let mut o = Out::new();
+    parse(tree, &mut o.topo()).expect("the real tree parses");
+    let dtb = with_name_emptied(tree, "memory@40000000");
+    let want = Err(FdtError::Malformed {
+        at: word(&dtb, 8) as usize,
+        kind: Malformed::UnnamedNode,
+    });
+    assert_eq!(parse(&dtb, &mut o.topo()).map(|_| ()), want);
+    assert_eq!(
+        string_property(&dtb, "/chosen", "bootargs").map(|_| ()),
+        want
+    );
+    assert_eq!(for_each_reservation(&dtb, |_, _| {}), want);
 }
 
 #[test]

@@ -31,6 +31,9 @@ pub enum Malformed {
     Truncated,
     /// A node or property name that is not a NUL-terminated UTF-8 string.
     BadName,
+    /// A node other than the root with an empty name (the devicetree specification gives every
+    /// other node a name of at least one character).
+    UnnamedNode,
     /// Any other complaint of the parser.
     Other,
 }
@@ -162,6 +165,7 @@ impl fmt::Display for Malformed {
             Malformed::UnexpectedToken => "unexpected token",
             Malformed::Truncated => "block ends inside a node",
             Malformed::BadName => "name is not a NUL-terminated UTF-8 string",
+            Malformed::UnnamedNode => "a node other than the root has an empty name",
             Malformed::Other => "malformed structure",
         })
     }

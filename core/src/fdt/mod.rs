@@ -27,7 +27,9 @@
 //! # Where Linux is lenient and numaframe is not
 //! Linux falls back to one node when a memory node lacks `numa-node-id` while others carry one,
 //! and ignores a distance above 255 with a warning. [`parse`] returns a typed [`FdtError`] for
-//! both instead: a half-described machine is a firmware bug worth seeing.
+//! both instead: a half-described machine is a firmware bug worth seeing. Likewise a node below
+//! the root with an empty name, which Linux reads like any other and the devicetree
+//! specification forbids, is [`Malformed::UnnamedNode`].
 //!
 //! # Malformed input
 //! [`parse`] never panics, whatever the bytes: it checks the header and block bounds itself,

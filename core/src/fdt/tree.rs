@@ -8,7 +8,7 @@ use ::fdt::parsing::{NoPanic, ParseError};
 
 use super::error::{FdtError, Malformed};
 use super::header::Header;
-use super::value::{be32, offset_in};
+use super::value::{be32, position_in};
 
 /// The parser mode: byte-granular (a tree may sit anywhere) and fallible (never panics).
 type Mode<'d> = (UnalignedParser<'d>, NoPanic);
@@ -139,7 +139,12 @@ impl<'d> Tree<'d> {
         for child in kids.iter() {
             let node = child.map_err(|e| malformed(e, parent.at))?;
             let name = node.name().map_err(|e| malformed(e, parent.at))?.name;
-            let at = offset_in(self.dtb, name.as_bytes());
+            // The crate names a node whose name is empty "/", a string of its own and not in
+            // the tree, so that it has no offset to report; only the root may be nameless.
+            let at = position_in(self.dtb, name.as_bytes()).ok_or(FdtError::Malformed {
+                at: parent.at,
+                kind: Malformed::UnnamedNode,
+            })?;
             f(Visit { node, at, name })?;
         }
         Ok(())
@@ -149,5 +154,40 @@ impl<'d> Tree<'d> {
     pub(super) fn unit_address(&self, v: &Visit<'d>) -> Result<Option<&'d str>, FdtError> {
         let full = v.node.name().map_err(|e| malformed(e, v.at))?;
         Ok(full.unit_address)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_tree::{Out, TestNode, blob, cells, string};
+    use super::super::{FdtError, Malformed, for_each_reservation, parse, string_property};
+    use super::be32;
+
+    #[test]
+    fn a_nameless_node_below_the_root_is_malformed_at_its_parent() {
+        // The second memory node has an empty name and no `numa-node-id`: the error must name
+        // a byte of the tree (the root's, as the name has no place of its own), not the
+        // address of the crate's stand-in name.
+        let memory = |name, base: u32| {
+            TestNode::new(name)
+                .prop("device_type", string("memory"))
+                .prop("reg", cells(&[base, 1 << 20]))
+        };
+        let root = TestNode::new("")
+            .prop("#address-cells", cells(&[1]))
+            .prop("#size-cells", cells(&[1]))
+            .child(memory("memory@0", 0).prop("numa-node-id", cells(&[0])))
+            .child(memory("", 1 << 20));
+        let dtb = blob(&root, &[]);
+        let want = Err(FdtError::Malformed {
+            at: be32(&dtb, 8).unwrap() as usize,
+            kind: Malformed::UnnamedNode,
+        });
+        assert_eq!(parse(&dtb, &mut Out::new(2, 2, 0).topo()).map(|_| ()), want);
+        assert_eq!(for_each_reservation(&dtb, |_, _| {}), want);
+        assert_eq!(
+            string_property(&dtb, "/chosen", "bootargs").map(|_| ()),
+            want
+        );
     }
 }

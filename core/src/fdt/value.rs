@@ -21,6 +21,13 @@ pub(super) fn offset_in(dtb: &[u8], part: &[u8]) -> usize {
     part.as_ptr().addr().wrapping_sub(dtb.as_ptr().addr())
 }
 
+/// The byte offset of `part` in `dtb`, or `None` if `part` is not a slice of `dtb`: for what the
+/// `fdt` crate may hand out from its own storage rather than from the tree.
+pub(super) fn position_in(dtb: &[u8], part: &[u8]) -> Option<usize> {
+    let at = part.as_ptr().addr().checked_sub(dtb.as_ptr().addr())?;
+    (at.checked_add(part.len())? <= dtb.len()).then_some(at)
+}
+
 fn bad_property(dtb: &[u8], value: &[u8]) -> FdtError {
     FdtError::BadProperty {
         at: offset_in(dtb, value),
