@@ -202,7 +202,7 @@ fn reserve_on_small_machine(cfg: &cmdline::HugepageConfig, seed: usize) {
 /// The FDT parser: never panics, errors point inside the tree, and an accepted tree is a valid
 /// topology that boots when its memory is small.
 pub fn fdt(data: &[u8]) {
-    use numaframe::fdt::{FdtError, FdtTopology, for_each_reservation, parse, string_property};
+    use numaframe::fdt::{FdtTopology, for_each_reservation, parse, string_property};
 
     // Storage sized from the input, so the NoRoom paths are reached too.
     let cap = usize::from(data.first().copied().unwrap_or(0) % 40) + 1;
@@ -224,17 +224,7 @@ pub fn fdt(data: &[u8]) {
     }
     let info = match result {
         Err(e) => {
-            let at = match e {
-                FdtError::Malformed { at, .. }
-                | FdtError::BadProperty { at, .. }
-                | FdtError::BadCells { at, .. }
-                | FdtError::NodeIdOutOfRange { at, .. }
-                | FdtError::MissingNodeId { at }
-                | FdtError::BadDistance { at, .. }
-                | FdtError::BadRange { at, .. } => Some(at),
-                _ => None,
-            };
-            if let Some(at) = at {
+            if let Some(at) = e.offset() {
                 assert!(
                     at < data.len(),
                     "{e}: offset {at} outside {} bytes",

@@ -250,29 +250,15 @@ proptest! {
             Ok(_) => {}
             Err(e) => {
                 prop_assert!(!e.to_string().is_empty());
-                prop_assert!(offset(e).is_none_or(|at| at < dtb.len()), "{e:?}");
+                prop_assert!(e.offset().is_none_or(|at| at < dtb.len()), "{e:?}");
             }
         }
         if let Err(e) = string_property(&dtb, "/chosen", "bootargs") {
-            prop_assert!(offset(e).is_none_or(|at| at < dtb.len()), "{e:?}");
+            prop_assert!(e.offset().is_none_or(|at| at < dtb.len()), "{e:?}");
         }
         if let Err(e) = for_each_reservation(&dtb, |_, _| {}) {
-            prop_assert!(offset(e).is_none_or(|at| at < dtb.len()), "{e:?}");
+            prop_assert!(e.offset().is_none_or(|at| at < dtb.len()), "{e:?}");
         }
-    }
-}
-
-/// The offset in the tree an error names, if it names one.
-fn offset(e: FdtError) -> Option<usize> {
-    match e {
-        FdtError::Malformed { at, .. }
-        | FdtError::BadProperty { at, .. }
-        | FdtError::BadCells { at, .. }
-        | FdtError::NodeIdOutOfRange { at, .. }
-        | FdtError::MissingNodeId { at }
-        | FdtError::BadDistance { at, .. }
-        | FdtError::BadRange { at, .. } => Some(at),
-        _ => None,
     }
 }
 

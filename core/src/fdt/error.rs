@@ -171,6 +171,23 @@ impl fmt::Display for Malformed {
     }
 }
 
+impl FdtError {
+    /// The byte of the input the error points at, for the errors that name one: always inside
+    /// the input given to the reader.
+    pub fn offset(&self) -> Option<usize> {
+        match *self {
+            FdtError::Malformed { at, .. }
+            | FdtError::BadProperty { at, .. }
+            | FdtError::BadCells { at, .. }
+            | FdtError::NodeIdOutOfRange { at, .. }
+            | FdtError::MissingNodeId { at }
+            | FdtError::BadDistance { at, .. }
+            | FdtError::BadRange { at, .. } => Some(at),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for FdtError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
