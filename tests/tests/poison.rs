@@ -91,6 +91,12 @@ fn reads_as(mem: &SimMemory, pfn: Pfn, byte: u8) -> bool {
     })
 }
 
+/// What `m` found written after free so far: how many frames, and the last one.
+fn found(m: &Machine<'_>) -> (u64, Option<Pfn>) {
+    let seen = m.writes_after_free();
+    (seen.frames, seen.last)
+}
+
 /// `true` if every byte of frame `pfn` reads as zero.
 fn reads_zero(mem: &SimMemory, pfn: Pfn) -> bool {
     reads_as(mem, pfn, 0)
@@ -249,8 +255,7 @@ fn nothing_is_reported_without_a_write_after_free() {
             m.scrub(N0, got.len() as u64 / 4);
             let again = take_all(&m, path, flags);
             assert_eq!(again.len(), got.len(), "{path:?} {flags:?}");
-            assert_eq!(m.writes_after_free().frames, 0, "{path:?} {flags:?}");
-            assert_eq!(m.writes_after_free().last, None, "{path:?} {flags:?}");
+            assert_eq!(found(&m), (0, None), "{path:?} {flags:?}");
             give_back(&m, &again);
             m.check_invariants().unwrap();
         }
@@ -357,9 +362,7 @@ fn a_write_into_a_frame_freed_dirty_is_reported_on_every_path() {
                     got.contains(&written),
                     "{case}: the written frame was handed out"
                 );
-                let seen = m.writes_after_free();
-                assert_eq!(seen.frames, 1, "{case}");
-                assert_eq!(seen.last, Some(written), "{case}");
+                assert_eq!(found(&m), (1, Some(written)), "{case}");
                 if flags.contains(AllocFlags::ZERO) {
                     assert!(got.iter().all(|&p| reads_zero(mem, p)), "{case}");
                 } else {
@@ -426,8 +429,7 @@ fn hot_added_memory_holds_the_pattern_and_a_write_into_it_is_reported() {
     poke(&mem, added[7], 0, 0);
     let again = take_all(&m, Path::Walk, AllocFlags::empty());
     assert!(again.contains(&added[7]));
-    assert_eq!(m.writes_after_free().frames, 1);
-    assert_eq!(m.writes_after_free().last, Some(added[7]));
+    assert_eq!(found(&m), (1, Some(added[7])));
 }
 
 #[test]
@@ -447,9 +449,7 @@ fn a_scrub_finds_a_write_into_a_frame_freed_dirty() {
         m.drain_all();
         poke(mem, victims[2], PAGE_SIZE as usize - 1, 0x01);
         while m.scrub(N0, u64::MAX) > 0 {}
-        let seen = m.writes_after_free();
-        assert_eq!(seen.frames, 1, "{free:?}");
-        assert_eq!(seen.last, Some(victims[2]), "{free:?}");
+        assert_eq!(found(&m), (1, Some(victims[2])), "{free:?}");
         assert!(victims.iter().all(|&v| reads_zero(mem, v)), "{free:?}");
         // Scrubbed, the frames are clean: nothing more is found when they are handed out.
         let got = take_all(&m, Path::Walk, AllocFlags::empty());
@@ -526,8 +526,7 @@ fn a_huge_page_given_back_holds_the_pattern_and_a_write_into_it_is_reported() {
         let written = Pfn::new(p.get() + 100);
         poke(mem, written, 64, 0x77);
         assert_eq!(m.alloc_huge_with(N0, size, flags), Some(p));
-        assert_eq!(m.writes_after_free().frames, 1, "{flags:?}");
-        assert_eq!(m.writes_after_free().last, Some(written), "{flags:?}");
+        assert_eq!(found(&m), (1, Some(written)), "{flags:?}");
         let byte = if flags.contains(AllocFlags::ZERO) {
             0
         } else {
