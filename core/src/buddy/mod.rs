@@ -777,7 +777,7 @@ impl FreeArea {
     /// Puts the free block of `order` headed by `r` on its list, merged with its free buddies,
     /// up to a whole section (which then gives its array back to the pool). The merged block is
     /// reported only if all its parts were.
-    fn merge_big(&mut self, mut r: PbRef, mut order: u8) {
+    pub(super) fn merge_big(&mut self, mut r: PbRef, mut order: u8) {
         let Some(span) = self.meta.span(r.span).copied() else {
             return;
         };

@@ -362,7 +362,8 @@ impl FreeArea {
             return Err(NoBlock::Empty);
         };
         if let Err(short) = self.meta.set_planes(r, Plane::EMPTY, None, self.need) {
-            self.push_big(b, PB_SHIFT as u8);
+            // Back merged: `take_big` may have split its buddy off a larger block.
+            self.merge_big(r, PB_SHIFT as u8);
             return Err(short.into());
         }
         self.reuse(b, PB_SHIFT as u8);

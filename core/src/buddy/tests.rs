@@ -361,3 +361,41 @@ fn the_metadata_pools_frames_cannot_be_freed() {
     }
     m.check_invariants().unwrap();
 }
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
+fn a_claim_the_pool_cannot_serve_gives_its_pageblock_back_merged() {
+    // One whole section, split pageblock by pageblock until the seed's planes run out (the
+    // pool keeps one back). The failing claim took the section's smallest free block: if
+    // that had to be split (with an even number of pageblocks taken before, it is one of two
+    // pageblocks or more), the half it took must go back merged with the other. A 2 MiB block
+    // taken first makes each parity of the seed's capacity come up once.
+    use crate::buddy::FreeArea;
+    use crate::meta::{Class, Short, SpanMeta, region_bytes};
+    let g = 1u64 << 18;
+    let range = PhysRange::new(Pfn::new(4 * g), Pfn::new(5 * g)).unwrap();
+    let meta = PhysRange::new(
+        Pfn::new(6 * g),
+        Pfn::new(6 * g + region_bytes(range).div_ceil(PAGE_SIZE)),
+    )
+    .unwrap();
+    for whole_first in [false, true] {
+        let mem = SparseMem::default();
+        let (span, seed) = SpanMeta::map(&mem, range, meta).unwrap();
+        let mut area = FreeArea::new();
+        area.add_span(span, seed, true).unwrap();
+        if whole_first {
+            area.alloc_big(9, crate::meta::Use::Normal).unwrap();
+        }
+        let why = loop {
+            if let Err(e) = area.alloc_small(0, Class::Long, false) {
+                break e;
+            }
+        };
+        assert_eq!(why, super::NoBlock::Meta(Short::Singles));
+        area.check(n(0)).unwrap();
+    }
+}
