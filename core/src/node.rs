@@ -593,6 +593,12 @@ impl Zone {
     fn check(&self, node: NodeId) -> Result<(), InvariantError> {
         self.inner.lock().area.check(node)
     }
+
+    /// Runs `f` on the zone's free area under its lock, for tests that break it on purpose.
+    #[cfg(test)]
+    pub(crate) fn with_area<R>(&self, f: impl FnOnce(&mut FreeArea) -> R) -> R {
+        f(&mut self.inner.lock().area)
+    }
 }
 
 /// The zones of a machine as a family of locks: zone `2 · node + kind`.

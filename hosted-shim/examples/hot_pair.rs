@@ -3,8 +3,9 @@
 //! instructions by the difference in pairs, so that booting cancels out.
 //!
 //! `valgrind --tool=callgrind target/release/examples/hot_pair handle 100000`, with the API one
-//! of `cpu` (`alloc_cpu`/`free_cpu`), `handle` (a claimed `CpuHandle`) or `unchecked` (the
-//! handle's `free_unchecked`). It prints the wall time per pair too (of a loop through
+//! of `node` (`Machine::alloc`/`free` on node 0: the zone's own path, no per-CPU cache), `cpu`
+//! (`alloc_cpu`/`free_cpu`), `handle` (a claimed `CpuHandle`) or `unchecked` (the handle's
+//! `free_unchecked`). It prints the wall time per pair too (of a loop through
 //! `dyn Frames`, as the bench's cells are not: a rough figure, `numaframe bench` is the
 //! measurement).
 #![deny(unsafe_code)]
@@ -13,12 +14,13 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use numaframe_hosted::bench::{FRAMES_1G, Frames, NumaCpu, NumaHandle, OneNode};
+use numaframe::{AllocFlags, NodeId};
+use numaframe_hosted::bench::{FRAMES_1G, Frames, NumaCpu, NumaHandle, NumaNode, OneNode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(api), Some(Ok(pairs))) = (args.first(), args.get(1).map(|n| n.parse::<u64>())) else {
-        eprintln!("error: usage: hot_pair cpu|handle|unchecked PAIRS");
+        eprintln!("error: usage: hot_pair node|cpu|handle|unchecked PAIRS");
         return ExitCode::from(2);
     };
     let node = match OneNode::new(FRAMES_1G) {
@@ -36,13 +38,14 @@ fn main() -> ExitCode {
         }
     };
     let mut frames: Box<dyn Frames> = match api.as_str() {
+        "node" => Box::new(NumaNode::new(&m, NodeId::new(0), AllocFlags::empty())),
         "cpu" => Box::new(NumaCpu::new(&m, 0)),
         "handle" => Box::new(NumaHandle::claim(&m, 0)),
         #[allow(unsafe_code)]
         // SAFETY: the loop below frees each frame it allocates once, right after.
         "unchecked" => Box::new(unsafe { NumaHandle::claim(&m, 0).unchecked() }),
         other => {
-            eprintln!("error: unknown API {other:?} (cpu, handle or unchecked)");
+            eprintln!("error: unknown API {other:?} (node, cpu, handle or unchecked)");
             return ExitCode::from(2);
         }
     };

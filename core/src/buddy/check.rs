@@ -1,7 +1,7 @@
 //! The invariant walk, and what a zone reports about its pageblocks.
 #![deny(unsafe_code)]
 
-use super::{Big, FreeArea, PLAIN, SMALL};
+use super::{BANDS, Big, FreeArea, PLAIN, SMALL};
 use crate::addr::{MAX_ORDER, NR_ORDERS, Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::InvariantError;
@@ -470,15 +470,16 @@ impl FreeArea {
     }
 
     /// Every bucket lists split pageblocks of its class with at least its free count, each
-    /// recorded in that bucket, none wholly free; every other split pageblock with free frames is
-    /// a spare.
+    /// recorded in that bucket (its band and count), none wholly free; every other split
+    /// pageblock with free frames is a spare.
     fn check_buckets(&self, node: NodeId) -> Result<(), InvariantError> {
         let mut listed = 0u64;
         for c in Class::ALL {
             let bucket = &self.buckets[c.index()];
-            for b in 1..FRAMES {
-                let mut cur = bucket.heads[b];
-                if (cur != NIL) != bucket.nonempty.get(b) {
+            for key in (0..BANDS * FRAMES).filter(|k| k % FRAMES != 0) {
+                let (band, b) = (key / FRAMES, key % FRAMES);
+                let mut cur = bucket.heads[key];
+                if (cur != NIL) != bucket.nonempty[band].get(b) {
                     return Err(InvariantError::Counter { node });
                 }
                 let mut prev = NIL;
@@ -487,16 +488,22 @@ impl FreeArea {
                     let h = self.meta.pb(r).ok_or(InvariantError::BrokenLink { pfn })?;
                     if h.state != PbState::Split
                         || h.class != c
-                        || usize::from(h.bucket) != b
+                        || usize::from(h.bucket) != key
                         || usize::from(h.free) < b
                         || h.prev != prev
                     {
                         return Err(InvariantError::Pageblock { pfn });
                     }
                     listed += 1;
+                    if listed > self.managed_pages {
+                        return Err(InvariantError::BrokenLink { pfn });
+                    }
                     prev = cur;
                     cur = h.next;
                 }
+            }
+            if bucket.nonempty.iter().any(|m| m.get(0)) {
+                return Err(InvariantError::Counter { node });
             }
         }
         let mut expected = 0u64;

@@ -3,8 +3,10 @@
 //! Above, a buddy allocator of whole pageblocks: free lists of orders 9..=17 (blocks of
 //! pageblocks inside a section) and 18 (whole sections). Inside a split pageblock, its
 //! allocation plane says which frames are free (`small`). A request below 2 MiB takes the most
-//! occupied split pageblock of its class that can serve it (exact occupancy buckets, see
-//! `small`), and a free pageblock only when none can; a pageblock that becomes wholly free is
+//! occupied split pageblock of its class that can serve it in a section that is not emptying
+//! (occupancy buckets by section band and free frames, see `small`), else a free pageblock of
+//! such a section, and only then a pageblock of an emptying section or a free pageblock
+//! elsewhere; a pageblock that becomes wholly free is
 //! kept split as its class's *spare* until another one empties, so one frame allocated and
 //! freed over and over does not split and merge a section each time.
 //!
@@ -37,16 +39,42 @@ const SMALL: usize = 1;
 /// Orders of whole-pageblock blocks: 9..=18.
 const BIG: usize = (MAX_ORDER as usize) - PB_SHIFT as usize + 1;
 
-/// Occupancy buckets: split pageblocks of one class by their free frames, or split sections by
-/// their free pageblocks. Bucket `i` lists the
-/// pageblocks that had `i` free frames when they were put there; frees do not move a pageblock
-/// (it is moved when an allocation finds it in a bucket that is out of date), allocations do.
-/// `nonempty` has bit `i` set while bucket `i` is not empty. Sections are kept exactly in the
-/// bucket of their count (every change of a section's free lists moves it).
+/// Occupancy buckets of split sections by their free pageblocks (clamped to the last bucket):
+/// bucket `i` lists the sections with `i`, kept exactly (every change of a section's free
+/// lists moves it). `nonempty` has bit `i` set while bucket `i` is not empty.
 #[derive(Debug)]
 struct Buckets {
     heads: [u32; FRAMES],
     nonempty: Plane,
+}
+
+/// Fullness bands of split sections: band 0 for most, band 1 for *emptying* ones, those with
+/// at least [`EMPTYING`] free pageblocks (three quarters), which small frames avoid while a
+/// fuller section has a free pageblock, so that they can become whole again.
+const BANDS: usize = 2;
+const EMPTYING: u16 = 384;
+/// Occupancy buckets of one class's split pageblocks, ranked by (band of their section, free
+/// frames). The key `band * FRAMES + free` of bucket `(band, free)` is what a pageblock's
+/// `bucket` records (0: in none). A pageblock sits under the band and the free count it had
+/// when it was put there: neither frees nor a section's change of band move it (it is moved
+/// when an allocation finds it in a bucket that is out of date), allocations do.
+/// `nonempty[band]` has bit `free` set while that bucket is not empty.
+#[derive(Debug)]
+struct PbBuckets {
+    heads: [u32; BANDS * FRAMES],
+    nonempty: [Plane; BANDS],
+}
+
+impl PbBuckets {
+    const EMPTY: PbBuckets = PbBuckets {
+        heads: [NIL; BANDS * FRAMES],
+        nonempty: [Plane::EMPTY; BANDS],
+    };
+}
+
+/// The band of a section with `free_pbs` free pageblocks.
+fn band_of(free_pbs: u16) -> usize {
+    usize::from(free_pbs >= EMPTYING)
 }
 
 /// A huge-page pool of one size in one zone: blocks taken from the buddy, marked `Pooled` while
@@ -95,7 +123,7 @@ pub(crate) struct FreeArea {
     /// without pageblocks split below 2 MiB (`PLAIN`), and those with some (`SMALL`).
     sections: [Buckets; 2],
     counts: [u64; BIG],
-    buckets: [Buckets; Class::ALL.len()],
+    buckets: [PbBuckets; Class::ALL.len()],
     spare: [Option<PbRef>; Class::ALL.len()],
     /// The pool pageblock: where the metadata pool's slabs come from, so its frames, which
     /// are never freed, pin one pageblock per 2 MiB of them; `slab_next` is its first frame no
@@ -168,10 +196,7 @@ impl FreeArea {
                 nonempty: Plane::EMPTY,
             }),
             counts: [0; BIG],
-            buckets: core::array::from_fn(|_| Buckets {
-                heads: [NIL; FRAMES],
-                nonempty: Plane::EMPTY,
-            }),
+            buckets: [PbBuckets::EMPTY, PbBuckets::EMPTY],
             spare: [None; Class::ALL.len()],
             slab_pb: None,
             slab_next: 0,
@@ -646,6 +671,25 @@ impl FreeArea {
         }
         self.set_links(b, Some(NIL), Some(NIL));
         self.counts[Self::list(order)] -= 1;
+    }
+
+    /// The order in which [`FreeArea::take_big`] should look at the section bucket sets for a
+    /// pageblock in a section that is not emptying (below [`EMPTYING`] free pageblocks): the
+    /// set with small frames first if it has one, else the other; `None` if neither has.
+    fn fuller_sets(&self) -> Option<[usize; 2]> {
+        let fuller = |set: usize| {
+            self.sections[set]
+                .nonempty
+                .next_set(1)
+                .is_some_and(|b| b < usize::from(EMPTYING))
+        };
+        if fuller(SMALL) {
+            Some([SMALL, PLAIN])
+        } else if fuller(PLAIN) {
+            Some([PLAIN, SMALL])
+        } else {
+            None
+        }
     }
 
     /// The smallest free block of at least `order` (9..=17) in the fullest split section of

@@ -1,16 +1,28 @@
 //! Blocks below 2 MiB: split pageblocks, their occupancy buckets, and the frees that land in
 //! them.
 //!
-//! Placement: an order-0 request takes the most occupied split pageblock of its class (the
-//! lowest non-empty bucket, found in O(1) from the bucket mask); an order-1..=8 request the most
-//! occupied one with a free aligned run (a bounded look at the fullest candidates). Only when
-//! none can serve does the class take its spare, then a free pageblock from the buddy (the
-//! smallest free block first, so sections fill before a new one is broken), and only when none
-//! is left does it steal the emptiest pageblock of the other class.
+//! Placement, section first: a request goes to the fullest 1 GiB section that can serve it,
+//! and there to the most occupied pageblock of its class, with sections in two bands by their
+//! free pageblocks (band 1, *emptying*: at least three quarters free). An order-0 request takes
+//! the most occupied split pageblock of its class in a band-0 section (the lowest non-empty
+//! bucket of band 0, found in O(1) from the bucket mask); an order-1..=8 request the most
+//! occupied one there with a free aligned run (a bounded look at the fullest candidates). If
+//! none can serve, the most occupied pageblock of an emptying section serves, but only when no
+//! band-0 section has a free pageblock. Then the class's spare, then a free pageblock from the
+//! buddy (the smallest free block first, in a band-0 section first, so sections fill before a
+//! new one is broken), and only when none is left does it steal the emptiest pageblock of the
+//! other class.
+//!
+//! So small frames move out of a section whose whole blocks were freed (a guest torn down),
+//! and it becomes a whole free section again once its last small frames are freed, rather
+//! than keep serving the most occupied pageblocks wherever they lie. Two coarse bands rather
+//! than an order by exact section fullness, because where every section is about equally full
+//! (LLFree's churn) a section-first order gives up several points of `HBA_9` against the
+//! fullest-pageblock order, and the bands leave that order alone there.
 #![deny(unsafe_code)]
 
 use super::dirty::{Got, range_of};
-use super::{Big, FreeArea, NoBlock, PLAIN, SMALL};
+use super::{BANDS, Big, EMPTYING, FreeArea, NoBlock, PLAIN, SMALL, band_of};
 use crate::addr::{Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::FreeError;
@@ -34,7 +46,8 @@ pub(crate) enum Found {
 }
 
 impl FreeArea {
-    /// Puts split pageblock `r` of `class` into the bucket for `free` frames.
+    /// Puts split pageblock `r` of `class` into the bucket for its section's band and its
+    /// `free` frames.
     pub(super) fn bucket_insert(&mut self, r: PbRef, class: Class) {
         let Some(h) = self.meta.pb(r) else {
             return;
@@ -43,12 +56,35 @@ impl FreeArea {
         if b == 0 || b >= FRAMES {
             return;
         }
+        let band = self.band(r);
+        self.bucket_link(r, class, band * FRAMES + b);
+    }
+
+    /// The band of the section of pageblock `r`, as its count says now.
+    fn band(&self, r: PbRef) -> usize {
+        // `r`'s section holds small frames, so it is in the `SMALL` set if it has a free
+        // pageblock: while no section there is emptying, every band is 0.
+        if self.sections[SMALL]
+            .nonempty
+            .next_set(usize::from(EMPTYING))
+            .is_none()
+        {
+            return 0;
+        }
+        self.sec_of(r)
+            .and_then(|s| self.meta.section(s))
+            .map_or(0, |x| band_of(x.free_pbs))
+    }
+
+    /// Links split pageblock `r` of `class` at the head of the bucket of `key`
+    /// (`band * FRAMES + free`, `free` in 1..FRAMES).
+    fn bucket_link(&mut self, r: PbRef, class: Class, key: usize) {
         let bucket = &mut self.buckets[class.index()];
-        let head = bucket.heads[b];
-        bucket.heads[b] = r.pack();
-        bucket.nonempty.put(b, true);
+        let head = bucket.heads[key];
+        bucket.heads[key] = r.pack();
+        bucket.nonempty[key / FRAMES].put(key % FRAMES, true);
         self.meta.update_pb(r, |h| {
-            h.bucket = b as u16;
+            h.bucket = key as u16;
             h.next = head;
             h.prev = NIL;
         });
@@ -62,17 +98,17 @@ impl FreeArea {
         let Some(h) = self.meta.pb(r) else {
             return;
         };
-        let b = usize::from(h.bucket);
-        if b == 0 {
+        let key = usize::from(h.bucket);
+        if key == 0 {
             return;
         }
         let (next, prev) = (h.next, h.prev);
         let bucket = &mut self.buckets[h.class.index()];
         match PbRef::unpack(prev) {
             None => {
-                bucket.heads[b] = next;
+                bucket.heads[key] = next;
                 if next == NIL {
-                    bucket.nonempty.put(b, false);
+                    bucket.nonempty[key / FRAMES].put(key % FRAMES, false);
                 }
             }
             Some(p) => {
@@ -254,16 +290,26 @@ impl FreeArea {
     }
 
     /// The pageblock a request of `order` (below 9) for `class` takes a block from, out of every
-    /// bucket (`settle` puts it back after the allocation).
+    /// bucket (`settle` puts it back after the allocation): the fullest that can serve it in a
+    /// section of band 0; else, unless a section of band 0 has a free pageblock, the fullest
+    /// one in an emptying section; else the spare, or a claimed pageblock (of a band-0 section
+    /// if one has a free pageblock).
     pub(super) fn pick(&mut self, order: u8, class: Class) -> Result<PbRef, NoBlock> {
-        if let Some(r) = self.pick_bucket(order, class) {
+        if let Some(r) = self.pick_bucket(order, class, 0) {
+            self.bucket_remove(r);
+            return Ok(r);
+        }
+        let fuller = self.fuller_sets();
+        if fuller.is_none()
+            && let Some(r) = self.pick_bucket(order, class, 1)
+        {
             self.bucket_remove(r);
             return Ok(r);
         }
         if let Some(r) = self.spare[class.index()].take() {
             return Ok(r);
         }
-        match self.claim(class) {
+        match self.claim_in(class, fuller.unwrap_or([SMALL, PLAIN])) {
             Err(NoBlock::Empty) => {}
             r => return r,
         }
@@ -280,21 +326,30 @@ impl FreeArea {
         Err(NoBlock::Empty)
     }
 
-    /// The fullest pageblock of `class` with at least `min_free` free frames, out of its bucket.
+    /// The fullest pageblock of `class` with at least `min_free` free frames, out of its bucket,
+    /// by the order of [`FreeArea::pick`].
     pub(super) fn pick_min(&mut self, class: Class, min_free: usize) -> Option<PbRef> {
         if min_free <= 1 {
             return None;
         }
-        let r = self.fullest(class, min_free.min(FRAMES - 1), |_, _| Some(true))?;
+        let from = min_free.min(FRAMES - 1);
+        let r = match self.fullest(class, 0, from, |_, _| Some(true)) {
+            Some(r) => r,
+            None if self.fuller_sets().is_none() => {
+                self.fullest(class, 1, from, |_, _| Some(true))?
+            }
+            None => return None,
+        };
         self.bucket_remove(r);
         Some(r)
     }
 
-    /// The fullest pageblock of `class`'s buckets that can serve `order`, still in its bucket;
-    /// gives up after [`RUN_CANDIDATES`] pageblocks with enough free frames but no free run.
-    fn pick_bucket(&mut self, order: u8, class: Class) -> Option<PbRef> {
+    /// The fullest pageblock of `class`'s buckets of `band` that can serve `order`, still in its
+    /// bucket; gives up after [`RUN_CANDIDATES`] pageblocks with enough free frames but no free
+    /// run.
+    fn pick_bucket(&mut self, order: u8, class: Class, band: usize) -> Option<PbRef> {
         let mut looked = 0;
-        self.fullest(class, 1usize << order, |area, r| {
+        self.fullest(class, band, 1usize << order, |area, r| {
             let fits = order == 0
                 || area
                     .meta
@@ -306,23 +361,28 @@ impl FreeArea {
         })
     }
 
-    /// Walks `class`'s buckets from `from` free frames up, fullest first, and returns the first
-    /// pageblock `accept` takes (`Some(true)`), still in its bucket; `accept` stops the walk with
-    /// `None`. Pageblocks found out of date (frees since they were bucketed) move to the buckets
-    /// they belong in on the way.
+    /// Walks `class`'s buckets of `band` from `from` free frames up, fullest first, and returns
+    /// the first pageblock `accept` takes (`Some(true)`), still in its bucket; `accept` stops
+    /// the walk with `None`. Pageblocks found out of date (frees since they were bucketed, or
+    /// in band 0 while their section is emptying) move to the buckets they belong in on the
+    /// way.
     fn fullest(
         &mut self,
         class: Class,
+        band: usize,
         from: usize,
         mut accept: impl FnMut(&Self, PbRef) -> Option<bool>,
     ) -> Option<PbRef> {
         let mut from = from;
-        while let Some(b) = self.buckets[class.index()].nonempty.next_set(from) {
-            let mut cur = self.buckets[class.index()].heads[b];
+        while let Some(b) = self.buckets[class.index()].nonempty[band].next_set(from) {
+            let mut cur = self.buckets[class.index()].heads[band * FRAMES + b];
             while let Some(r) = PbRef::unpack(cur) {
                 let h = self.meta.pb(r)?;
                 cur = h.next;
-                if usize::from(h.free) != b {
+                // Out of date, or its section started emptying since. (One left in band 1
+                // by a section that has filled up again moves back when an allocation next
+                // finds it there.)
+                if usize::from(h.free) != b || band == 0 && self.band(r) != 0 {
                     self.bucket_remove(r);
                     self.bucket_insert(r, class);
                     continue;
@@ -336,28 +396,39 @@ impl FreeArea {
         None
     }
 
-    /// The emptiest split pageblock of `class` with a free run of `order` (for stealing).
+    /// The emptiest split pageblock of `class` with a free run of `order`, in the emptiest band
+    /// that has one (for stealing).
     fn emptiest(&mut self, class: Class, order: u8) -> Option<PbRef> {
-        let mask = self.buckets[class.index()].nonempty;
-        let top = (1usize << order..FRAMES).rev().find(|&b| mask.get(b))?;
-        let mut cur = self.buckets[class.index()].heads[top];
-        while let Some(r) = PbRef::unpack(cur) {
-            cur = self.meta.pb(r)?.next;
-            if self
-                .meta
-                .plane(r, Which::Alloc)
-                .and_then(|p| p.find_clear_run(order))
-                .is_some()
-            {
-                return Some(r);
+        for band in (0..BANDS).rev() {
+            let mask = self.buckets[class.index()].nonempty[band];
+            let Some(top) = (1usize << order..FRAMES).rev().find(|&b| mask.get(b)) else {
+                continue;
+            };
+            let mut cur = self.buckets[class.index()].heads[band * FRAMES + top];
+            while let Some(r) = PbRef::unpack(cur) {
+                cur = self.meta.pb(r)?.next;
+                if self
+                    .meta
+                    .plane(r, Which::Alloc)
+                    .and_then(|p| p.find_clear_run(order))
+                    .is_some()
+                {
+                    return Some(r);
+                }
             }
         }
         None
     }
 
-    /// Takes a free pageblock from the buddy and splits it for `class`.
+    /// Takes a free pageblock from the buddy and splits it for `class`: from the fullest split
+    /// section with small frames, else the fullest without, else a whole section.
     pub(super) fn claim(&mut self, class: Class) -> Result<PbRef, NoBlock> {
-        let b = self.take_big(PB_SHIFT as u8, [SMALL, PLAIN])?;
+        self.claim_in(class, [SMALL, PLAIN])
+    }
+
+    /// [`FreeArea::claim`] from the section bucket sets in the order `sets`.
+    fn claim_in(&mut self, class: Class, sets: [usize; 2]) -> Result<PbRef, NoBlock> {
+        let b = self.take_big(PB_SHIFT as u8, sets)?;
         let Big::Pb(r) = b else {
             return Err(NoBlock::Empty);
         };

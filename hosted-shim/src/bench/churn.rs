@@ -43,7 +43,7 @@ pub struct Order9 {
 }
 
 /// What one allocator's run gave.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
     /// The fragmentation at each of [`CHECKPOINTS`].
     pub checkpoints: Vec<Checkpoint>,

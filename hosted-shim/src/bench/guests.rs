@@ -58,7 +58,7 @@ pub struct Checkpoint {
 }
 
 /// What one allocator's run gave.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
     /// Days 0, `days / 10`, `days / 2`, `days`.
     pub checkpoints: Vec<Checkpoint>,
