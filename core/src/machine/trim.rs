@@ -18,9 +18,9 @@ impl Machine<'_> {
     /// through [`PhysMemory::unmap`](crate::PhysMemory::unmap) (with no lock held) before its
     /// frames are free again. Returns the bytes of metadata given back.
     ///
-    /// The allocation walk calls it before it fails for lack of memory; a platform can call it
-    /// when it likes, say after tearing a guest down (its cost is a few lock holds per zone
-    /// and a walk of each zone's pool pageblocks).
+    /// The platform calls it when it likes: after tearing a guest down, or when memory runs
+    /// short (an allocation never calls it: its cost is a few lock holds per zone and a walk of
+    /// each zone's pool pageblocks).
     pub fn trim_metadata(&self) -> u64 {
         let before = self.metadata_bytes();
         for node in self.nodes {

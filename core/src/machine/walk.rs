@@ -229,8 +229,7 @@ impl<'a> Machine<'a> {
     /// second keeps min, and with RESERVE a third goes below it. If everything fails while a
     /// hot-add published new memory, the walk runs again; if it fails while per-CPU caches hold
     /// frames this walk could use, they are drained and the walk runs once more, so cached
-    /// frames never make an allocation fail; and if it still fails while the metadata pools can
-    /// give memory back ([`Machine::trim_metadata`]), it runs once more after that.
+    /// frames never make an allocation fail.
     pub(crate) fn walk_with<T>(
         &self,
         req: &Request<'_>,
@@ -250,19 +249,14 @@ impl<'a> Machine<'a> {
             }
         }
         let kinds = zones(req.flags);
-        let got = self.caches.under_pressure(
+        self.caches.under_pressure(
             self.nodes,
             |node, kind| visited.contains(node) && kinds.contains(&kind),
             || {
                 let seq = self.layout.begin();
                 self.walk_once(req, seq, &mut take, &mut NodeMask::default())
             },
-        );
-        if got.is_some() || self.trim_metadata() == 0 {
-            return got;
-        }
-        let seq = self.layout.begin();
-        self.walk_once(req, seq, &mut take, &mut NodeMask::default())
+        )
     }
 
     /// One walk over the layout published as `seq`; `visited` collects the nodes it tried.
