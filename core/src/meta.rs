@@ -9,7 +9,8 @@
 //!   allocation [`Plane`] of its 512 frames and, where it needs one, an extra plane (head marks
 //!   of allocated blocks, dirty marks of free frames).
 //!
-//! Arrays and planes come from a per-zone [`Pool`] of frames the zone gave itself. Everything
+//! Arrays and planes come from a per-zone [`Pool`] of frames the zone gave itself, which gives
+//! them back as memory merges whole again. Everything
 //! here is reached through [`ZoneMeta`], which lives inside its zone's lock, so holding a
 //! `&mut ZoneMeta` is holding the lock: safe code cannot reach a cell without it. Handles
 //! ([`SecRef`], [`PbRef`], [`PlaneRef`]) are plain indices or pool slots checked on every access.
@@ -90,9 +91,6 @@ pub(crate) mod flag {
     pub(crate) const DIRTY: u8 = 1 << 0;
     /// The block was reported to the host since it last became free.
     pub(crate) const REPORTED: u8 = 1 << 1;
-    /// A split pageblock the metadata pool keeps for itself: every frame reads as allocated,
-    /// and every free of one is refused as foreign.
-    pub(crate) const POOL: u8 = 1 << 2;
 }
 
 /// Free-block lists of orders 9..=17 in one section.
@@ -143,15 +141,19 @@ pub(crate) enum PbState {
     /// Split and lent to a CPU, whose state array is the truth for its frames (see `percpu`);
     /// `next` holds the CPU and `prev` its slot.
     Hot,
+    /// Kept by the zone's metadata pool, which carves its slabs from it: its allocation plane
+    /// marks the frames slabs use and `free` counts the others; a free of any of its frames is
+    /// refused as foreign. Back to the buddy when no slab uses it.
+    Pool,
 }
 
 /// One pageblock. Invariants (checked by the zone's invariant walk):
-/// - it has an allocation plane exactly in the states `Split` and `Hot`, and an extra plane
-///   only with one;
+/// - it has an allocation plane exactly in the states `Split`, `Hot` and `Pool`, and an extra
+///   plane only in `Split` and `Hot`;
 /// - for a split pageblock, `free` counts the clear bits of the allocation plane;
 /// - `multi` counts allocated blocks of order 1..=8, and is 0 without an extra plane;
-/// - `next`/`prev` link the pageblock on one list of its zone (a free list of its order, or an
-///   occupancy bucket of its class) or are `NIL`.
+/// - `next`/`prev` link the pageblock on one list of its zone (a free list of its order, an
+///   occupancy bucket of its class, or the pool pageblocks with room for a slab) or are `NIL`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PbHeader {
     pub(crate) state: PbState,
@@ -252,8 +254,19 @@ enum PlaneRef {
 struct ArrayRef {
     ptr: NonNull<UnsafeCell<PbCell>>,
     len: u16,
-    /// `true` if it came from the pool (and goes back to it when the section is whole again).
-    pooled: bool,
+    origin: Origin,
+}
+
+/// Where a pageblock array came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// The section's own memory (an edge array in its span's region, or a hosted array in the
+    /// section's first frames): it stays with the section for good.
+    Section,
+    /// A seed in a span's region: it goes back to the pool when the section is whole again.
+    Seed,
+    /// A slab of these frames of the zone: back to the pool as well, or retired.
+    Slab(PhysRange),
 }
 
 // SAFETY: the handles point into metadata memory that lives as long as the machine and is only
@@ -399,7 +412,7 @@ impl SpanMeta {
                 ArrayRef {
                     ptr,
                     len: len as u16,
-                    pooled: false,
+                    origin: Origin::Section,
                 },
             ));
             // SAFETY: one past the array, still inside (or at the end of) the region.
@@ -515,18 +528,26 @@ impl SpanMeta {
 }
 
 /// A zone's pool of metadata memory: pageblock arrays for whole sections, single planes and
-/// plane pairs. Its memory is frames the zone gave itself, mapped through the platform, never
-/// handed out. Free objects are linked through their first word, which holds a pointer (so the
-/// links keep provenance).
+/// plane pairs. Its memory is slabs of frames the zone gave itself, mapped through the
+/// platform and never handed out, and the seed slabs in its spans' regions.
+///
+/// Planes live in one-page slabs, each headed by a [`SlabHead`] in its first slot that knows
+/// which slots are in use; per kind, the slabs with a slot in use and one free are on one list,
+/// the wholly free slabs of the zone's frames on another. An array is a slab of its own; free
+/// arrays are linked through their first words, seeds and the zone's apart. When asked
+/// ([`Pool::retire_spare`]), the pool *retires* the wholly free slabs of the zone's frames it
+/// does not need for its reserve and one slab more: they leave the pool, and the zone unmaps
+/// them and takes the frames back ([`Pool::pop_retired`]), so the pool shrinks as memory merges
+/// whole again. Seed slabs stay with their spans.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
-    singles: Option<NonNull<UnsafeCell<Plane>>>,
-    free_singles: u64,
-    pairs: Option<NonNull<UnsafeCell<[Plane; 2]>>>,
-    free_pairs: u64,
-    arrays: Option<NonNull<UnsafeCell<PbCell>>>,
+    singles: Slabs,
+    pairs: Slabs,
+    /// Free arrays: seeds, and the zone's.
+    arrays: [Option<NonNull<FreeArray>>; 2],
     free_arrays: u64,
-    /// Bytes of memory the pool took from its zone (its seeds live in the spans' regions).
+    retired: Option<NonNull<Retired>>,
+    /// Bytes of memory the pool holds from its zone (its seeds live in the spans' regions).
     pub(crate) bytes: u64,
 }
 
@@ -536,16 +557,72 @@ unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}
 
-/// Objects of each kind the pool keeps back for its own growth. A slab is carved from order-0
-/// frames (so its pageblock needs no extra plane): growth may have to claim a free pageblock for
-/// it (one single plane), but never splits a section while one is split already, and needs no
-/// pair. Arrays are not kept back, so the first split of a span's whole section takes the
-/// span's seed array and no frame of that section goes to metadata.
+/// The plane slabs of one kind.
+#[derive(Debug, Default)]
+struct Slabs {
+    /// The seed slabs (in the spans' regions), full or not, linked through their heads.
+    seeds: Option<NonNull<SlabHead>>,
+    /// The slabs of the zone's frames with a free slot and one in use.
+    partial: Option<NonNull<SlabHead>>,
+    /// The wholly free slabs of the zone's frames.
+    empty: Option<NonNull<SlabHead>>,
+    /// The free slots of them all.
+    free: u64,
+}
+
+/// The head of a plane slab, in its first slot.
+struct SlabHead {
+    next: Option<NonNull<SlabHead>>,
+    prev: Option<NonNull<SlabHead>>,
+    /// Bit `i` set: slot `i` is in use (bit 0 is this head).
+    used: u64,
+    /// The slab's frames; `None` for a seed slab, which stays in its span's region.
+    slab: Option<PhysRange>,
+}
+
+/// A free array, in its own first words.
+struct FreeArray {
+    next: Option<NonNull<FreeArray>>,
+    /// As [`SlabHead::slab`].
+    slab: Option<PhysRange>,
+}
+
+/// A retired slab, in its own first words, until its zone takes the frames back.
+struct Retired {
+    next: Option<NonNull<Retired>>,
+    slab: PhysRange,
+}
+
+const _: () = {
+    // A slab head fits in the first slot of either kind, and a slab has at most 64 slots.
+    assert!(size_of::<SlabHead>() <= size_of::<UnsafeCell<Plane>>());
+    assert!(PAGE_SIZE as usize / size_of::<UnsafeCell<Plane>>() <= 64);
+    assert!(size_of::<FreeArray>() <= ARRAY_BYTES && size_of::<Retired>() <= ARRAY_BYTES);
+    assert!(size_of::<Retired>() <= size_of::<UnsafeCell<Plane>>());
+};
+
+/// Objects of each kind the pool keeps back for its own growth. A slab is carved from a
+/// pageblock the pool keeps for slabs of its size (so that pageblock needs one single plane):
+/// growth may have to claim a free pageblock for it (one single plane), but never splits a
+/// section while one is split already, and needs no pair. Arrays are not kept back, so the
+/// first split of a span's whole section takes the span's seed array and no frame of that
+/// section goes to metadata.
 const fn reserve(what: Short) -> u64 {
     match what {
         Short::Singles => 1,
         Short::Pairs | Short::Arrays => 0,
     }
+}
+
+/// Free arrays the pool keeps before it retires one of the zone's.
+const KEEP_ARRAYS: u64 = 1;
+
+/// Which list of a kind's plane slabs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum List {
+    Seeds,
+    Partial,
+    Empty,
 }
 
 /// Who asks the pool: its own growth may use the reserve, everyone else may not.
@@ -563,51 +640,6 @@ pub(crate) enum Short {
     Arrays,
 }
 
-/// Reads the free-list link in the first word of a free object.
-///
-/// # Safety
-/// `p` must be a free object of a pool, whose first word was written by [`write_link`].
-unsafe fn read_link<T>(p: NonNull<T>) -> Option<NonNull<T>> {
-    // SAFETY: the caller's guarantee; the word holds an `Option<NonNull<T>>`.
-    unsafe { p.cast::<Option<NonNull<T>>>().read() }
-}
-
-/// Writes the free-list link into the first word of an object the pool owns again.
-///
-/// # Safety
-/// `p` must be valid for writes of a pointer and used by nothing else.
-unsafe fn write_link<T>(p: NonNull<T>, next: Option<NonNull<T>>) {
-    // SAFETY: the caller's guarantee; every pool object is pointer aligned and larger.
-    unsafe { p.cast::<Option<NonNull<T>>>().write(next) };
-}
-
-/// A free list of pool objects of one kind.
-struct FreeList<'p, T> {
-    head: &'p mut Option<NonNull<T>>,
-    free: &'p mut u64,
-    reserve: u64,
-}
-
-impl<T> FreeList<'_, T> {
-    fn pop(self, need: Need) -> Option<NonNull<T>> {
-        if need == Need::Normal && *self.free <= self.reserve {
-            return None;
-        }
-        let p = (*self.head)?;
-        // SAFETY: `p` heads this pool's free list, so its first word is a link.
-        *self.head = unsafe { read_link(p) };
-        *self.free -= 1;
-        Some(p)
-    }
-
-    fn push(self, p: NonNull<T>) {
-        // SAFETY: the object belongs to this pool and nobody uses it any more.
-        unsafe { write_link(p, *self.head) };
-        *self.head = Some(p);
-        *self.free += 1;
-    }
-}
-
 impl Pool {
     /// Frames of a slab of `what`: one page of planes, or the pages of one array.
     pub(crate) fn slab_frames(what: Short) -> u64 {
@@ -620,79 +652,390 @@ impl Pool {
     /// `true` if the pool is at or below its reserve of `what`.
     pub(crate) fn low(&self, what: Short) -> bool {
         let free = match what {
-            Short::Singles => self.free_singles,
-            Short::Pairs => self.free_pairs,
+            Short::Singles => self.singles.free,
+            Short::Pairs => self.pairs.free,
             Short::Arrays => self.free_arrays,
         };
         free <= reserve(what)
     }
 
-    fn singles(&mut self) -> FreeList<'_, UnsafeCell<Plane>> {
-        FreeList {
-            head: &mut self.singles,
-            free: &mut self.free_singles,
-            reserve: reserve(Short::Singles),
+    /// The bytes of one slot of a plane kind.
+    fn slot_bytes(kind: Short) -> usize {
+        match kind {
+            Short::Pairs => size_of::<UnsafeCell<[Plane; 2]>>(),
+            Short::Singles | Short::Arrays => size_of::<UnsafeCell<Plane>>(),
         }
     }
 
-    fn pairs(&mut self) -> FreeList<'_, UnsafeCell<[Plane; 2]>> {
-        FreeList {
-            head: &mut self.pairs,
-            free: &mut self.free_pairs,
-            reserve: reserve(Short::Pairs),
+    /// `used` of a plane slab with every slot in use.
+    fn full(kind: Short) -> u64 {
+        let slots = PAGE_SIZE as usize / Self::slot_bytes(kind);
+        u64::MAX >> (64 - slots)
+    }
+
+    /// Objects of one plane slab of `kind` (its slots but the head's).
+    fn per_slab(kind: Short) -> u64 {
+        Self::full(kind).count_ones() as u64 - 1
+    }
+
+    fn slabs(&mut self, kind: Short) -> &mut Slabs {
+        match kind {
+            Short::Pairs => &mut self.pairs,
+            Short::Singles | Short::Arrays => &mut self.singles,
         }
     }
 
-    fn arrays(&mut self) -> FreeList<'_, UnsafeCell<PbCell>> {
-        FreeList {
-            head: &mut self.arrays,
-            free: &mut self.free_arrays,
-            reserve: reserve(Short::Arrays),
+    fn list(&mut self, kind: Short, list: List) -> &mut Option<NonNull<SlabHead>> {
+        let s = self.slabs(kind);
+        match list {
+            List::Seeds => &mut s.seeds,
+            List::Partial => &mut s.partial,
+            List::Empty => &mut s.empty,
+        }
+    }
+
+    /// Puts plane slab `head` at the front of one of `kind`'s lists.
+    fn link(&mut self, kind: Short, list: List, head: NonNull<SlabHead>) {
+        let old = self.list(kind, list).replace(head);
+        // SAFETY: `head` and every slab on the lists are live slab heads of this pool, reached
+        // only through it.
+        unsafe {
+            (*head.as_ptr()).next = old;
+            (*head.as_ptr()).prev = None;
+            if let Some(o) = old {
+                (*o.as_ptr()).prev = Some(head);
+            }
+        }
+    }
+
+    /// Takes plane slab `head` off the list of `kind`'s it is on.
+    fn unlink(&mut self, kind: Short, list: List, head: NonNull<SlabHead>) {
+        // SAFETY: as in `link`; `head` is on the list.
+        let (next, prev) = unsafe { ((*head.as_ptr()).next, (*head.as_ptr()).prev) };
+        match prev {
+            // SAFETY: as above.
+            Some(p) => unsafe { (*p.as_ptr()).next = next },
+            None => *self.list(kind, list) = next,
+        }
+        if let Some(n) = next {
+            // SAFETY: as above.
+            unsafe { (*n.as_ptr()).prev = prev };
         }
     }
 
     /// Adds a mapped slab of `what` to the pool; a slab smaller than `what` needs is refused.
     pub(crate) fn add_slab(&mut self, what: Short, slab: Mapped) {
-        let bytes = (Self::slab_frames(what) * PAGE_SIZE) as usize;
-        if slab.range.bytes() < bytes as u64 {
+        let bytes = Self::slab_frames(what) * PAGE_SIZE;
+        if slab.range.bytes() < bytes {
             return;
         }
         self.bytes += slab.range.bytes();
         // SAFETY: a `Mapped` holds PhysMemory's promises for its range (page aligned, valid for
         // its bytes for the machine's lifetime, ours alone), which covers the slab.
-        unsafe { self.add_raw(what, slab.ptr) };
+        unsafe { self.add_raw(what, slab.ptr, Some(slab.range)) };
     }
 
-    /// [`Pool::add_slab`] for memory the caller vouches for.
+    /// [`Pool::add_slab`] for memory the caller vouches for: the frames `slab` if it is the
+    /// zone's (it may be retired then), `None` for a seed.
     ///
     /// # Safety
     /// `ptr` must be aligned to [`PAGE_SIZE`] and valid for reads and writes of
-    /// `slab_frames(what) * PAGE_SIZE` bytes for as long as the machine lives, and used by
-    /// nothing else.
-    unsafe fn add_raw(&mut self, what: Short, ptr: NonNull<u8>) {
-        let bytes = (Self::slab_frames(what) * PAGE_SIZE) as usize;
+    /// `slab_frames(what) * PAGE_SIZE` bytes (all of `slab`'s, if given) for as long as the
+    /// machine lives, and used by nothing else.
+    unsafe fn add_raw(&mut self, what: Short, ptr: NonNull<u8>, slab: Option<PhysRange>) {
         match what {
-            Short::Singles => {
-                let planes = ptr.cast::<UnsafeCell<Plane>>();
-                for i in 0..bytes / size_of::<UnsafeCell<Plane>>() {
-                    // SAFETY: the caller's guarantee: the slab is ours, and a page holds whole
-                    // planes at their alignment.
-                    self.singles().push(unsafe { planes.add(i) });
-                }
+            Short::Singles | Short::Pairs => {
+                let head = ptr.cast::<SlabHead>();
+                // SAFETY: the caller's guarantee: the page is ours, and its first slot holds a
+                // head at its alignment (checked at compile time above).
+                unsafe {
+                    head.write(SlabHead {
+                        next: None,
+                        prev: None,
+                        used: 1,
+                        slab,
+                    })
+                };
+                let list = if slab.is_some() {
+                    List::Empty
+                } else {
+                    List::Seeds
+                };
+                self.link(what, list, head);
+                self.slabs(what).free += Self::per_slab(what);
             }
-            Short::Pairs => {
-                let pairs = ptr.cast::<UnsafeCell<[Plane; 2]>>();
-                for i in 0..bytes / size_of::<UnsafeCell<[Plane; 2]>>() {
-                    // SAFETY: as above, for pairs.
-                    self.pairs().push(unsafe { pairs.add(i) });
-                }
+            Short::Arrays => {
+                // SAFETY: as above, for an array.
+                unsafe { self.push_array(ptr.cast(), slab) };
             }
-            Short::Arrays => self.arrays().push(ptr.cast::<UnsafeCell<PbCell>>()),
         }
     }
 
+    /// Links a free array.
+    ///
+    /// # Safety
+    /// `a` must be an array of this pool that nothing uses any more.
+    unsafe fn push_array(&mut self, a: NonNull<FreeArray>, slab: Option<PhysRange>) {
+        let list = &mut self.arrays[usize::from(slab.is_some())];
+        // SAFETY: the caller's guarantee; an array is larger than its link.
+        unsafe { a.write(FreeArray { next: *list, slab }) };
+        *list = Some(a);
+        self.free_arrays += 1;
+    }
+
+    /// Retires the zone's free arrays beyond the ones the pool keeps.
+    fn retire_spare_arrays(&mut self) {
+        while self.free_arrays > KEEP_ARRAYS
+            && let Some(z) = self.arrays[1]
+        {
+            // SAFETY: `z` heads the zone's free arrays: `push_array` wrote its link.
+            let FreeArray { next, slab } = unsafe { z.read() };
+            self.arrays[1] = next;
+            self.free_arrays -= 1;
+            if let Some(slab) = slab {
+                self.retire(z.cast(), slab);
+            }
+        }
+    }
+
+    /// Retires what the pool can spare: the wholly free plane slabs of the zone's frames while
+    /// it keeps, without each, its reserve and a slab's worth of free slots more, and the free
+    /// arrays of the zone's beyond the ones it keeps.
+    pub(crate) fn retire_spare(&mut self) {
+        self.retire_spare_slabs(Short::Singles);
+        self.retire_spare_slabs(Short::Pairs);
+        self.retire_spare_arrays();
+    }
+
+    fn retire_spare_slabs(&mut self, kind: Short) {
+        let per = Self::per_slab(kind);
+        while self.slabs(kind).free >= reserve(kind) + 2 * per
+            && let Some(head) = self.slabs(kind).empty
+        {
+            self.unlink(kind, List::Empty, head);
+            self.slabs(kind).free -= per;
+            // SAFETY: a slab on the empty list is a live slab head of the zone's frames.
+            if let Some(slab) = unsafe { (*head.as_ptr()).slab } {
+                self.retire(head.cast(), slab);
+            }
+        }
+    }
+
+    /// Moves slab `slab`, at `ptr` and no longer in the pool, onto the retired list.
+    fn retire(&mut self, ptr: NonNull<u8>, slab: PhysRange) {
+        let r = ptr.cast::<Retired>();
+        // SAFETY: the slab is the pool's and nothing uses it; a slab holds a `Retired`.
+        unsafe {
+            r.write(Retired {
+                next: self.retired,
+                slab,
+            })
+        };
+        self.retired = Some(r);
+        self.bytes -= slab.bytes();
+    }
+
+    /// A retired slab, zeroed (its frames held only metadata, so they are clean again), and
+    /// the pointer it was mapped at, for the zone to unmap and take back; `None` if none is
+    /// retired.
+    pub(crate) fn pop_retired(&mut self) -> Option<(PhysRange, NonNull<u8>)> {
+        let r = self.retired?;
+        // SAFETY: `r` heads the retired list: a slab of this pool's memory that `retire`
+        // wrote a `Retired` into and nothing else uses.
+        let Retired { next, slab } = unsafe { r.read() };
+        self.retired = next;
+        // SAFETY: as above; the slab is mapped for all its frames (`add_slab`), and zeroing it
+        // makes its frames clean again: they held only metadata.
+        unsafe { r.cast::<u8>().write_bytes(0, slab.bytes() as usize) };
+        Some((slab, r.cast()))
+    }
+
+    /// A free slot of `kind`'s plane slabs, if `need` may have one. Normal needs take from a
+    /// slab of the zone's in use if there is one (so wholly free slabs stay free), then from a
+    /// wholly free one, then from a seed; the pool's own growth (the planes of pool
+    /// pageblocks, of edge pageblocks) from a seed first, so what lives as long as those
+    /// pageblocks does not keep a slab of the zone's frames.
+    fn take_slot(&mut self, kind: Short, need: Need) -> Option<NonNull<u8>> {
+        if need == Need::Normal && self.slabs(kind).free <= reserve(kind) {
+            return None;
+        }
+        let order = match need {
+            Need::Normal => [List::Partial, List::Empty, List::Seeds],
+            Need::Growth => [List::Seeds, List::Partial, List::Empty],
+        };
+        order.into_iter().find_map(|list| {
+            let head = self.first_with_room(kind, list, None)?;
+            Some(self.take_from(kind, head, list))
+        })
+    }
+
+    /// A free slot of `kind` in a slab outside the frames `away` (a seed's first), to move an
+    /// object to; reserve or not.
+    fn take_slot_outside(&mut self, kind: Short, away: PhysRange) -> Option<NonNull<u8>> {
+        [List::Seeds, List::Partial, List::Empty]
+            .into_iter()
+            .find_map(|list| {
+                let head = self.first_with_room(kind, list, Some(away))?;
+                Some(self.take_from(kind, head, list))
+            })
+    }
+
+    /// The first slab on `list` of `kind`'s with a free slot and outside `away`.
+    fn first_with_room(
+        &mut self,
+        kind: Short,
+        list: List,
+        away: Option<PhysRange>,
+    ) -> Option<NonNull<SlabHead>> {
+        let mut cur = *self.list(kind, list);
+        while let Some(h) = cur {
+            // SAFETY: the lists hold live slab heads of this pool.
+            let (next, used, slab) =
+                unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).used, (*h.as_ptr()).slab) };
+            let outside = !slab.zip(away).is_some_and(|(x, y)| x.overlaps(&y));
+            if used != Self::full(kind) && outside {
+                return Some(h);
+            }
+            cur = next;
+        }
+        None
+    }
+
+    /// Takes the lowest free slot of slab `head`, which is on `list` of `kind`'s.
+    fn take_from(&mut self, kind: Short, head: NonNull<SlabHead>, list: List) -> NonNull<u8> {
+        if list == List::Empty {
+            self.unlink(kind, List::Empty, head);
+            self.link(kind, List::Partial, head);
+        }
+        self.slabs(kind).free -= 1;
+        // SAFETY: `head` is a live slab head of this pool with a free slot, so the lowest clear
+        // bit of `used` is a slot inside its page.
+        let (slot, used) = unsafe {
+            let h = head.as_ptr();
+            let slot = (!(*h).used).trailing_zeros() as usize;
+            (*h).used |= 1 << slot;
+            (slot, (*h).used)
+        };
+        if used == Self::full(kind) && list != List::Seeds {
+            self.unlink(kind, List::Partial, head);
+        }
+        // SAFETY: the slot lies inside the slab's page (see above).
+        unsafe { head.cast::<u8>().add(slot * Self::slot_bytes(kind)) }
+    }
+
+    /// The frames of the plane slab slot `p` lies in (`None` for a seed's).
+    fn slab_of(p: NonNull<u8>) -> Option<PhysRange> {
+        let off = p.as_ptr().addr() % PAGE_SIZE as usize;
+        // SAFETY: `p` is a slot of a live plane slab of this pool, `off` bytes into its page,
+        // whose first slot holds its head.
+        unsafe { (*p.byte_sub(off).cast::<SlabHead>().as_ptr()).slab }
+    }
+
+    /// Gives slot `p` of a `kind` plane slab back; a slab of the zone's frames left wholly free
+    /// moves to the empty list.
+    fn put_slot(&mut self, kind: Short, p: NonNull<u8>) {
+        let off = p.as_ptr().addr() % PAGE_SIZE as usize;
+        // SAFETY: `p` is a slot of a plane slab of this pool, `off` bytes into its page, whose
+        // first slot holds its head.
+        let head = unsafe { p.byte_sub(off) }.cast::<SlabHead>();
+        let bit = 1u64 << (off / Self::slot_bytes(kind));
+        // SAFETY: as above.
+        let (was, slab) = unsafe {
+            let h = head.as_ptr();
+            let was = (*h).used;
+            (*h).used &= !bit;
+            (was, (*h).slab)
+        };
+        self.slabs(kind).free += 1;
+        if slab.is_some() {
+            if was == Self::full(kind) {
+                self.link(kind, List::Partial, head);
+            }
+            if was & !bit == 1 {
+                self.unlink(kind, List::Partial, head);
+                self.link(kind, List::Empty, head);
+            }
+        }
+    }
+
+    /// Retires every wholly free slab and free array of the zone's that lies in the frames
+    /// `away`, spare or not: a pool pageblock about to empty should not be kept by them.
+    pub(crate) fn retire_in(&mut self, away: PhysRange) {
+        for kind in [Short::Singles, Short::Pairs] {
+            let mut cur = self.slabs(kind).empty;
+            while let Some(h) = cur {
+                // SAFETY: the empty list holds live slab heads of the zone's frames.
+                let (next, slab) = unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).slab) };
+                if let Some(slab) = slab.filter(|x| x.overlaps(&away)) {
+                    self.unlink(kind, List::Empty, h);
+                    self.slabs(kind).free -= Self::per_slab(kind);
+                    self.retire(h.cast(), slab);
+                }
+                cur = next;
+            }
+        }
+        while let Some((a, slab)) = self.pop_zone_array_in(away) {
+            self.retire(a.cast(), slab);
+        }
+    }
+
+    /// Unlinks a free array of the zone's lying in `away`.
+    fn pop_zone_array_in(&mut self, away: PhysRange) -> Option<(NonNull<FreeArray>, PhysRange)> {
+        let mut link: *mut Option<NonNull<FreeArray>> = &mut self.arrays[1];
+        // SAFETY: `link` is the head of the zone's free arrays or the link word of one on it
+        // (written by `push_array`); nothing else reaches them.
+        while let Some(a) = unsafe { *link } {
+            // SAFETY: as above.
+            let FreeArray { next, slab } = unsafe { a.read() };
+            if let Some(slab) = slab.filter(|x| x.overlaps(&away)) {
+                // SAFETY: as above.
+                unsafe { *link = next };
+                self.free_arrays -= 1;
+                return Some((a, slab));
+            }
+            // SAFETY: as above; the link word is the first field of the array.
+            link = unsafe { &raw mut (*a.as_ptr()).next };
+        }
+        None
+    }
+
     fn take_array(&mut self, need: Need) -> Option<ArrayRef> {
-        let a = self.arrays().pop(need)?;
+        if need == Need::Normal && self.free_arrays <= reserve(Short::Arrays) {
+            return None;
+        }
+        let a = self.pop_array(None)?;
+        Some(Self::init_array(a))
+    }
+
+    /// Unlinks a free array outside the frames `away` (any, without): a seed first, so the
+    /// zone's arrays are the ones left free to retire.
+    fn pop_array(
+        &mut self,
+        away: Option<PhysRange>,
+    ) -> Option<(NonNull<FreeArray>, Option<PhysRange>)> {
+        for list in 0..2 {
+            let mut link: *mut Option<NonNull<FreeArray>> = &mut self.arrays[list];
+            // SAFETY: `link` is a list head of this pool or the link word of a free array on
+            // it (written by `push_array`); nothing else reaches them.
+            while let Some(a) = unsafe { *link } {
+                // SAFETY: as above.
+                let FreeArray { next, slab } = unsafe { a.read() };
+                if !slab.zip(away).is_some_and(|(x, y)| x.overlaps(&y)) {
+                    // SAFETY: as above.
+                    unsafe { *link = next };
+                    self.free_arrays -= 1;
+                    return Some((a, slab));
+                }
+                // SAFETY: as above; the link word is the first field of the array.
+                link = unsafe { &raw mut (*a.as_ptr()).next };
+            }
+        }
+        None
+    }
+
+    /// A free array, popped, made an array of fresh cells.
+    fn init_array((a, slab): (NonNull<FreeArray>, Option<PhysRange>)) -> ArrayRef {
+        let a = a.cast::<UnsafeCell<PbCell>>();
         for i in 0..PBS_PER_SECTION {
             // SAFETY: the array is ours now, holds `PBS_PER_SECTION` cells (`ARRAY_BYTES`) and
             // is seen by nothing else.
@@ -703,32 +1046,42 @@ impl Pool {
                 }))
             };
         }
-        Some(ArrayRef {
+        ArrayRef {
             ptr: a,
             len: PBS_PER_SECTION as u16,
-            pooled: true,
-        })
+            origin: slab.map_or(Origin::Seed, Origin::Slab),
+        }
     }
 
-    /// Gives an array back (an edge array is not the pool's and stays with its span).
+    /// Gives an array back (an edge or hosted array is not the pool's and stays with its
+    /// section); the zone's free arrays beyond the few the pool keeps are retired.
     fn put_array(&mut self, a: ArrayRef) {
-        if a.pooled {
-            self.arrays().push(a.ptr);
-        }
+        let slab = match a.origin {
+            Origin::Section => return,
+            Origin::Seed => None,
+            Origin::Slab(s) => Some(s),
+        };
+        // SAFETY: the array is this pool's and its section gave it up.
+        unsafe { self.push_array(a.ptr.cast(), slab) };
     }
 
     /// Planes holding `alloc` (and `extra`, for a pair).
     fn take_planes(&mut self, alloc: Plane, extra: Option<Plane>, need: Need) -> Option<PlaneRef> {
         Some(match extra {
             None => {
-                let p = self.singles().pop(need)?;
-                // SAFETY: the plane is ours now and seen by nothing else.
+                let p = self
+                    .take_slot(Short::Singles, need)?
+                    .cast::<UnsafeCell<Plane>>();
+                // SAFETY: the slot is ours now, sized and aligned for a plane, and seen by
+                // nothing else.
                 unsafe { p.write(UnsafeCell::new(alloc)) };
                 PlaneRef::Single(p)
             }
             Some(x) => {
-                let p = self.pairs().pop(need)?;
-                // SAFETY: as above.
+                let p = self
+                    .take_slot(Short::Pairs, need)?
+                    .cast::<UnsafeCell<[Plane; 2]>>();
+                // SAFETY: as above, for a pair.
                 unsafe { p.write(UnsafeCell::new([alloc, x])) };
                 PlaneRef::Pair(p)
             }
@@ -737,9 +1090,57 @@ impl Pool {
 
     fn put_planes(&mut self, p: PlaneRef) {
         match p {
-            PlaneRef::Single(p) => self.singles().push(p),
-            PlaneRef::Pair(p) => self.pairs().push(p),
+            PlaneRef::Single(p) => self.put_slot(Short::Singles, p.cast()),
+            PlaneRef::Pair(p) => self.put_slot(Short::Pairs, p.cast()),
         }
+    }
+
+    /// `true` if the pool's lists agree with its counts: every plane slab on a list has its
+    /// head's bit and is of the list's kind (seeds; the zone's partly used; the zone's wholly
+    /// free), their free slots and the free arrays are as counted, and no slab waits to be
+    /// taken back.
+    pub(crate) fn consistent(&self) -> bool {
+        let walk = |kind: Short, head: Option<NonNull<SlabHead>>, list: List| {
+            let (mut free, mut prev, mut cur) = (0u64, None, head);
+            while let Some(h) = cur {
+                // SAFETY: the lists hold live slab heads of this pool; `&self` excludes writes.
+                let x = unsafe { h.as_ref() };
+                let full = Self::full(kind);
+                let shape = match list {
+                    List::Seeds => x.slab.is_none(),
+                    List::Partial => x.slab.is_some() && x.used != 1 && x.used != full,
+                    List::Empty => x.slab.is_some() && x.used == 1,
+                };
+                if !shape || x.used & 1 == 0 || x.used & !full != 0 || x.prev != prev {
+                    return None;
+                }
+                free += Self::per_slab(kind) + 1 - u64::from(x.used.count_ones());
+                (prev, cur) = (Some(h), x.next);
+            }
+            Some(free)
+        };
+        let slabs_ok = |kind: Short, s: &Slabs| {
+            let seeds = walk(kind, s.seeds, List::Seeds);
+            let partial = walk(kind, s.partial, List::Partial);
+            let empty = walk(kind, s.empty, List::Empty);
+            seeds
+                .zip(partial)
+                .zip(empty)
+                .is_some_and(|((a, b), c)| a + b + c == s.free)
+        };
+        let count = |mut cur: Option<NonNull<FreeArray>>| {
+            let mut n = 0u64;
+            while let Some(a) = cur {
+                n += 1;
+                // SAFETY: the list holds free arrays of this pool, linked by `push_array`.
+                cur = unsafe { a.as_ref() }.next;
+            }
+            n
+        };
+        slabs_ok(Short::Singles, &self.singles)
+            && slabs_ok(Short::Pairs, &self.pairs)
+            && count(self.arrays[0]) + count(self.arrays[1]) == self.free_arrays
+            && self.retired.is_none()
     }
 }
 
@@ -792,7 +1193,7 @@ impl ZoneMeta {
         for what in SEED {
             // SAFETY: `SpanMeta::map` laid the seed slabs out at the page-aligned start of the
             // span's region, which lives as long as the machine and is used by nothing else.
-            unsafe { self.pool.add_raw(what, at) };
+            unsafe { self.pool.add_raw(what, at, None) };
             // SAFETY: the next slab follows inside the region.
             at = unsafe { at.add((Pool::slab_frames(what) * PAGE_SIZE) as usize) };
         }
@@ -922,7 +1323,7 @@ impl ZoneMeta {
             Some(ArrayRef {
                 ptr,
                 len: PBS_PER_SECTION as u16,
-                pooled: false,
+                origin: Origin::Section,
             }),
         );
         self.update_section(s, |sec| sec.state = SectionState::Split);
@@ -933,7 +1334,7 @@ impl ZoneMeta {
     /// gives the section `state`. Edge sections keep their arrays and stay split.
     pub(crate) fn join_section(&mut self, s: SecRef, state: SectionState) {
         if let Some((_, Some(array))) = self.section_cell_copy(s)
-            && array.pooled
+            && array.origin != Origin::Section
         {
             self.set_section_array(s, None);
             self.pool.put_array(array);
@@ -1074,11 +1475,199 @@ impl ZoneMeta {
         Ok(())
     }
 
+    /// Moves pageblock `r`'s planes out of the frames `away` if they lie there and the pool has
+    /// a slot elsewhere: so a pool pageblock holding little but its own planes can empty.
+    pub(crate) fn move_planes_out(&mut self, r: PbRef, away: PhysRange) {
+        let Some(old) = self.plane_ref(r) else {
+            return;
+        };
+        let (p, kind) = match old {
+            PlaneRef::Single(p) => (p.cast::<u8>(), Short::Singles),
+            PlaneRef::Pair(p) => (p.cast::<u8>(), Short::Pairs),
+        };
+        if !Pool::slab_of(p).is_some_and(|x| x.overlaps(&away)) {
+            return;
+        }
+        let Some(q) = self.pool.take_slot_outside(kind, away) else {
+            return;
+        };
+        // SAFETY: `old` is held by `r`'s live header and `q` is a slot of this pool's, free and
+        // sized and aligned for its kind; `&mut self` excludes every other access.
+        let new = unsafe {
+            match old {
+                PlaneRef::Single(p) => {
+                    let q = q.cast::<UnsafeCell<Plane>>();
+                    q.write(UnsafeCell::new(p.as_ref().with(|c| *c)));
+                    PlaneRef::Single(q)
+                }
+                PlaneRef::Pair(p) => {
+                    let q = q.cast::<UnsafeCell<[Plane; 2]>>();
+                    q.write(UnsafeCell::new(p.as_ref().with(|c| *c)));
+                    PlaneRef::Pair(q)
+                }
+            }
+        };
+        self.set_plane_ref(r, Some(new));
+        self.pool.put_planes(old);
+    }
+
+    /// Moves section `s`'s pool array out of the frames `away` if it lies there and the pool
+    /// has a free array elsewhere, as [`ZoneMeta::move_planes_out`] does for planes.
+    pub(crate) fn move_array_out(&mut self, s: SecRef, away: PhysRange) {
+        let Some((_, Some(old))) = self.section_cell_copy(s) else {
+            return;
+        };
+        if !matches!(old.origin, Origin::Slab(x) if x.overlaps(&away)) {
+            return;
+        }
+        let Some((a, slab)) = self.pool.pop_array(Some(away)) else {
+            return;
+        };
+        let ptr = a.cast::<UnsafeCell<PbCell>>();
+        for i in 0..usize::from(old.len) {
+            // SAFETY: the old array holds `len` live cells and the new one, ours now, room for
+            // as many (`ARRAY_BYTES`); `&mut self` excludes every other access.
+            unsafe {
+                let (header, planes) = old.ptr.add(i).as_ref().with(|c| ((*c).header, (*c).planes));
+                ptr.add(i).write(UnsafeCell::new(PbCell { header, planes }));
+            }
+        }
+        self.set_section_array(
+            s,
+            Some(ArrayRef {
+                ptr,
+                len: old.len,
+                origin: slab.map_or(Origin::Seed, Origin::Slab),
+            }),
+        );
+        self.pool.put_array(old);
+    }
+
     /// Takes pageblock `r`'s planes back into the pool.
     pub(crate) fn drop_planes(&mut self, r: PbRef) {
         if let Some(old) = self.plane_ref(r) {
             self.set_plane_ref(r, None);
             self.pool.put_planes(old);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::alloc::{Layout, alloc_zeroed, dealloc};
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// Page-aligned memory standing in for mapped slabs, freed on drop.
+    struct Pages {
+        ptr: NonNull<u8>,
+        layout: Layout,
+    }
+
+    impl Pages {
+        fn new(pages: usize) -> Pages {
+            let layout =
+                Layout::from_size_align(pages * PAGE_SIZE as usize, PAGE_SIZE as usize).unwrap();
+            // SAFETY: the layout is not zero-sized.
+            let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).unwrap();
+            Pages { ptr, layout }
+        }
+
+        fn page(&self, i: usize) -> NonNull<u8> {
+            // SAFETY: the tests ask only for pages inside the allocation.
+            unsafe { self.ptr.add(i * PAGE_SIZE as usize) }
+        }
+
+        fn bytes(&self) -> &[u8] {
+            // SAFETY: the allocation is initialised (zeroed at first) and live.
+            unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+        }
+    }
+
+    impl Drop for Pages {
+        fn drop(&mut self) {
+            // SAFETY: allocated with this layout in `new`.
+            unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+        }
+    }
+
+    fn frames(start: u64, n: u64) -> PhysRange {
+        PhysRange::new(Pfn::new(start), Pfn::new(start + n)).unwrap()
+    }
+
+    fn retired(pool: &mut Pool) -> Vec<PhysRange> {
+        pool.retire_spare();
+        core::iter::from_fn(|| pool.pop_retired().map(|(r, _)| r)).collect()
+    }
+
+    #[test]
+    fn wholly_free_plane_slabs_of_the_zone_are_retired_and_seeds_stay() {
+        let mem = Pages::new(4);
+        let mut pool = Pool::default();
+        // Page 0 is a seed; pages 1..4 are slabs of frames 101..104.
+        // SAFETY: each page is page aligned, ours, and used by nothing else.
+        unsafe { pool.add_raw(Short::Singles, mem.page(0), None) };
+        for i in 1..4 {
+            // SAFETY: as above.
+            unsafe { pool.add_raw(Short::Singles, mem.page(i), Some(frames(100 + i as u64, 1))) };
+        }
+        pool.bytes = 3 * PAGE_SIZE;
+        let per = Pool::per_slab(Short::Singles);
+        let mut taken = Vec::new();
+        while let Some(p) = pool.take_planes(Plane::FULL, None, Need::Growth) {
+            taken.push(p);
+        }
+        assert_eq!(taken.len() as u64, 4 * per);
+        assert!(pool.consistent() && pool.low(Short::Singles));
+        assert!(retired(&mut pool).is_empty());
+        for p in taken {
+            pool.put_planes(p);
+        }
+        let gone = retired(&mut pool);
+        // The seed never goes; of the zone's three slabs, at most one stays for the next
+        // growth.
+        assert!(gone.len() >= 2, "{gone:?}");
+        for r in &gone {
+            assert!((101..104).contains(&r.start().get()) && r.frames() == 1);
+        }
+        assert_eq!(pool.bytes, (3 - gone.len() as u64) * PAGE_SIZE);
+        assert!(pool.consistent());
+        // What is left serves again, and the retired pages were zeroed.
+        let left = 4 - gone.len() as u64;
+        assert_eq!(pool.singles.free, left * per);
+        for r in &gone {
+            let i = (r.start().get() - 100) as usize * PAGE_SIZE as usize;
+            assert!(
+                mem.bytes()[i..i + PAGE_SIZE as usize]
+                    .iter()
+                    .all(|&b| b == 0)
+            );
+        }
+    }
+
+    #[test]
+    fn a_zone_array_is_retired_once_the_pool_keeps_another() {
+        let mem = Pages::new(16);
+        let mut pool = Pool::default();
+        let slab = |i: u64| Some(frames(200 + 8 * i, 8));
+        // SAFETY: two runs of 8 pages, page aligned, ours alone.
+        unsafe {
+            pool.add_raw(Short::Arrays, mem.page(0), slab(0));
+            pool.add_raw(Short::Arrays, mem.page(8), slab(1));
+        }
+        pool.bytes = 16 * PAGE_SIZE;
+        let a = pool.take_array(Need::Normal).unwrap();
+        let b = pool.take_array(Need::Normal).unwrap();
+        assert!(pool.take_array(Need::Normal).is_none());
+        pool.put_array(a);
+        assert!(retired(&mut pool).is_empty(), "the first one back is kept");
+        pool.put_array(b);
+        let gone = retired(&mut pool);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(pool.bytes, 8 * PAGE_SIZE);
+        assert!(pool.consistent());
+        assert!(pool.take_array(Need::Normal).is_some());
     }
 }

@@ -1,6 +1,8 @@
 //! A node's memory: its zones, each a buddy allocator behind a spinlock, and its counters.
 #![deny(unsafe_code)]
 
+use core::ptr::NonNull;
+
 use crate::addr::{NR_ORDERS, Order, Pfn, PhysRange};
 use crate::bitmap::Plane;
 use crate::buddy::{
@@ -453,6 +455,16 @@ impl Zone {
     /// pool's seeds) and the frames its pool took for pageblock arrays and planes.
     pub fn metadata_bytes(&self) -> u64 {
         self.inner.lock().area.metadata_bytes()
+    }
+
+    /// See [`FreeArea::retire_metadata`].
+    pub(crate) fn retire_metadata(&self, out: &mut [Option<(PhysRange, NonNull<u8>)>]) -> usize {
+        self.inner.lock().area.retire_metadata(out)
+    }
+
+    /// See [`FreeArea::release_metadata`].
+    pub(crate) fn release_metadata(&self, slabs: impl IntoIterator<Item = PhysRange>) {
+        self.inner.lock().area.release_metadata(slabs);
     }
 
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping

@@ -4,8 +4,8 @@
 //! pointer to a physical range, and only ever for ranges it keeps for its own tables: the
 //! machine-wide tables and each span's section table carved at boot and hot-add, and, at run
 //! time, the few frames at a time it takes from its own free memory for pageblock metadata
-//! (always with no allocator lock held). It never asks for a frame it hands out, and never reads
-//! or writes the contents of a free frame.
+//! (always with no allocator lock held), which it unmaps before it gives them back. It never
+//! asks for a frame it hands out, and never reads or writes the contents of a free frame.
 //!
 //! Clearing frames goes through a seam of its own, [`FrameClearer`]: the core asks the platform
 //! to zero frames it is about to hand out zeroed, or free frames it scrubs, and never writes
@@ -26,12 +26,22 @@ use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
 /// 2. nothing else reads or writes those bytes while the allocator may use them: the ranges the
 ///    platform hands to the allocator (at boot or hot-add) belong to the allocator alone.
 ///
-/// numaframe maps each frame at most once, so mutable views never alias: a frame it took for
-/// its metadata stays metadata for the machine's lifetime. Any CPU may call `map` (the
-/// allocator grows its metadata from whichever CPU needs it), hence `Sync`.
+/// numaframe maps a frame again only after it gave up the earlier view with
+/// [`unmap`](PhysMemory::unmap), so mutable views never alias: a frame it took for its metadata
+/// stays metadata until [`Machine::trim_metadata`](crate::Machine::trim_metadata) unmaps it and
+/// gives it back to free memory. Any CPU may call `map` and `unmap` (the allocator grows its
+/// metadata from whichever CPU needs it), with no allocator lock held, hence `Sync`.
 pub unsafe trait PhysMemory: Sync {
     /// A pointer to the first byte of `range`, or `None` if the platform cannot map it.
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>>;
+
+    /// The allocator is done with `range`, which `map` returned `ptr` for: it never reads or
+    /// writes through `ptr` again, and the frames go back to its free memory (so a later `map`
+    /// may ask for them again). The default keeps the mapping, which suits a platform whose
+    /// `map` only translates addresses.
+    fn unmap(&self, range: PhysRange, ptr: NonNull<u8>) {
+        let _ = (range, ptr);
+    }
 }
 
 /// How the platform clears frames: the only way frame contents change on the core's behalf.

@@ -28,8 +28,8 @@ use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BootError, BootOptions, CpuId, FrameClearer, FreeError, Machine, MemoryRange,
-    NodeId, NodeMask, Order, PcpConfig, Pfn, PhysRange, PolicyError, REPORT_CAPACITY, ReportError,
-    ZoneKind,
+    NodeId, NodeMask, Order, PAGE_SIZE, PcpConfig, Pfn, PhysRange, PolicyError, REPORT_CAPACITY,
+    ReportError, ZoneKind,
 };
 use numaframe_testkit::{Snap, SparseMem, Spec, memory_range};
 
@@ -195,6 +195,8 @@ pub enum Op {
         scale: u8,
         boot_order: bool,
     },
+    /// Gives the metadata pools' spare memory back.
+    TrimMetadata,
     /// A background scrub of `budget << scale` frames.
     Scrub {
         node: u8,
@@ -545,6 +547,17 @@ impl<'m, 'a> Harness<'m, 'a> {
             Op::DrainAll => {
                 m.drain_all();
                 assert_eq!(m.cached_pages(), 0, "drain_all left frames cached");
+            }
+            Op::TrimMetadata => {
+                let free = |m: &Machine<'_>| m.nodes().iter().map(|n| n.free_pages()).sum::<u64>();
+                let (meta, before) = (m.metadata_bytes(), free(m));
+                let gave = m.trim_metadata();
+                assert_eq!(gave, meta - m.metadata_bytes(), "trim_metadata miscounted");
+                assert_eq!(
+                    free(m) - before,
+                    gave / PAGE_SIZE,
+                    "the metadata given back is not free memory"
+                );
             }
             Op::SetPcp { batch, high } => m.set_pcp(PcpConfig {
                 batch: u32::from(batch),

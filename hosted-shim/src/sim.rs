@@ -205,8 +205,8 @@ pub fn process_rss_bytes() -> Option<u64> {
 // 1. a range is mapped only if it lies inside one arena, so the pointer is valid for its
 //    bytes as long as `self` lives (arenas are unmapped only on drop), and page aligned
 //    (mmap returns page-aligned memory and ranges are whole frames);
-// 2. a range overlapping one mapped before is refused, so no two views alias; the frames the
-//    allocator hands out are never mapped through here.
+// 2. a range overlapping one mapped and not unmapped is refused, so no two views alias; the
+//    frames the allocator hands out are never mapped through here.
 unsafe impl PhysMemory for SimMemory {
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
         let start = range.start().addr().get();
@@ -221,6 +221,12 @@ unsafe impl PhysMemory for SimMemory {
         mapped.push(range);
         // SAFETY: `contains` checked that the range lies inside the arena's mapping.
         Some(unsafe { a.ptr.add((start - a.base) as usize) })
+    }
+
+    fn unmap(&self, range: PhysRange, _: NonNull<u8>) {
+        if let Ok(mut mapped) = self.mapped.lock() {
+            mapped.retain(|m| *m != range);
+        }
     }
 }
 

@@ -216,8 +216,9 @@ impl Drop for Page {
 // SAFETY: the buffer is owned by its `Page`; the pointer is only a handle to it.
 unsafe impl Send for Page {}
 
-// SAFETY: each mapped range gets its own 4 KiB-aligned buffer that lives as long as `self`,
-// overlapping requests are refused, and nothing else touches the buffers.
+// SAFETY: each mapped range gets its own 4 KiB-aligned buffer that lives as long as `self` (an
+// unmapped one too: dropping its `Page` frees it), requests overlapping a mapped range are
+// refused, and nothing else touches the buffers.
 unsafe impl PhysMemory for SparseMem {
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>> {
         let mut regions = self.regions.lock().ok()?;
@@ -232,6 +233,12 @@ unsafe impl PhysMemory for SparseMem {
         unsafe { ptr.as_ptr().write_bytes(0x5a, bytes) };
         regions.push((range, Page { ptr, layout }));
         Some(ptr)
+    }
+
+    fn unmap(&self, range: PhysRange, _: NonNull<u8>) {
+        if let Ok(mut regions) = self.regions.lock() {
+            regions.retain(|(r, _)| *r != range);
+        }
     }
 }
 

@@ -74,6 +74,10 @@ unsafe impl PhysMemory for AllocatingMap {
         }
         self.mem.map(range)
     }
+
+    fn unmap(&self, range: PhysRange, ptr: std::ptr::NonNull<u8>) {
+        self.mem.unmap(range, ptr);
+    }
 }
 
 #[test]

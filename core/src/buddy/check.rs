@@ -106,6 +106,13 @@ impl FreeArea {
                                     free: h.free,
                                 },
                                 PbState::Hot => whole(PageblockKind::Cached(h.class)),
+                                // The metadata pool's: long-lived, and none of its frames
+                                // can be had.
+                                PbState::Pool => PageblockInfo {
+                                    pfn,
+                                    kind: PageblockKind::Split(Class::Long),
+                                    free: 0,
+                                },
                                 PbState::Allocated {
                                     what: Use::Normal, ..
                                 }
@@ -174,7 +181,10 @@ impl FreeArea {
                                 span: slot,
                                 index: i,
                             });
-                            matches!(h.map(|h| h.state), Some(PbState::Split | PbState::Hot))
+                            matches!(
+                                h.map(|h| h.state),
+                                Some(PbState::Split | PbState::Hot | PbState::Pool)
+                            )
                         })
                         .count()
                 } else {
@@ -210,6 +220,7 @@ impl FreeArea {
         });
         result?;
         self.check_buckets(node)?;
+        self.check_pool(node)?;
         for c in Class::ALL {
             if let Some(r) = self.spare[c.index()] {
                 let h = self.meta.pb(r).ok_or(counter)?;
@@ -275,6 +286,49 @@ impl FreeArea {
             if n != self.pools[i].free || self.pools[i].free > self.pools[i].total {
                 return Err(counter);
             }
+        }
+        Ok(())
+    }
+
+    /// Checks the metadata pool and its pageblocks: the pool's lists against its counts, every
+    /// pool pageblock's `free` against its plane, their list (each of them once), and
+    /// `pool_spare` against them all.
+    fn check_pool(&self, node: NodeId) -> Result<(), InvariantError> {
+        if !self.meta.pool.consistent() {
+            return Err(InvariantError::Counter { node });
+        }
+        let (mut spare, mut pool_pbs) = (0u64, 0u64);
+        let mut result = Ok(());
+        self.for_each_pb_of_split(|r, h| {
+            if h.state != PbState::Pool {
+                return;
+            }
+            let clear = self.meta.plane(r, Which::Alloc).map(|p| FRAMES - p.count());
+            if clear != Some(usize::from(h.free)) || self.meta.has_plane(r, Which::Extra) {
+                result = Err(InvariantError::Pageblock {
+                    pfn: self.pb_base(r),
+                });
+            }
+            spare += u64::from(h.free);
+            pool_pbs += 1;
+        });
+        result?;
+        let (mut n, mut prev, mut cur) = (0u64, NIL, self.pool_pbs);
+        while let Some(r) = PbRef::unpack(cur) {
+            let h = self.meta.pb(r).ok_or(InvariantError::Counter { node })?;
+            n += 1;
+            if h.state != PbState::Pool || h.prev != prev || n > pool_pbs {
+                return Err(InvariantError::Pageblock {
+                    pfn: self.pb_base(r),
+                });
+            }
+            (prev, cur) = (cur, h.next);
+        }
+        if n != pool_pbs {
+            return Err(InvariantError::Counter { node });
+        }
+        if spare != self.pool_spare {
+            return Err(InvariantError::Counter { node });
         }
         Ok(())
     }

@@ -24,6 +24,8 @@ pub use check::{PageblockCounts, PageblockInfo, PageblockKind};
 pub(crate) use dirty::Got;
 pub(crate) use hot::{HotFrames, LEND_MIN, Lent};
 
+use core::ptr::NonNull;
+
 use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::FreeError;
@@ -125,12 +127,10 @@ pub(crate) struct FreeArea {
     counts: [u64; BIG],
     buckets: [PbBuckets; Class::ALL.len()],
     spare: [Option<PbRef>; Class::ALL.len()],
-    /// The pool pageblock: where the metadata pool's slabs come from, so its frames, which
-    /// are never freed, pin one pageblock per 2 MiB of them; `slab_next` is its first frame no
-    /// slab uses yet, and `pool_left` counts the frames earlier pool pageblocks left unused.
-    slab_pb: Option<PbRef>,
-    slab_next: u16,
-    pool_left: u64,
+    /// The head of the list of pool pageblocks.
+    pool_pbs: u32,
+    /// The frames of pool pageblocks no slab uses.
+    pool_spare: u64,
     /// A slab or a hosted section is on its way into the pool (handed out by
     /// [`FreeArea::alloc_slab`] or [`FreeArea::section_for_array`], not yet added): while it is,
     /// no other CPU hosts a section, so racing CPUs do not each spend a section's first
@@ -158,6 +158,18 @@ pub(crate) fn pool_index(order: Order) -> Option<usize> {
         MAX_ORDER => Some(1),
         _ => None,
     }
+}
+
+/// Frames in slabs at or below which a pool pageblock is helped to empty (see
+/// [`FreeArea::release_metadata`]): an eighth of it.
+const EMPTY_OUT: usize = FRAMES / 8;
+
+/// log2 of the frames of a slab of `what` (rounded up to a power of two, so slabs of one size
+/// tile a pageblock).
+pub(crate) fn slab_order(what: Short) -> u8 {
+    crate::meta::Pool::slab_frames(what)
+        .next_power_of_two()
+        .trailing_zeros() as u8
 }
 
 /// What [`FreeArea::section_for_array`] found.
@@ -198,9 +210,8 @@ impl FreeArea {
             counts: [0; BIG],
             buckets: [PbBuckets::EMPTY, PbBuckets::EMPTY],
             spare: [None; Class::ALL.len()],
-            slab_pb: None,
-            slab_next: 0,
-            pool_left: 0,
+            pool_pbs: NIL,
+            pool_spare: 0,
             growing: false,
             free_pages: 0,
             managed_pages: 0,
@@ -219,20 +230,20 @@ impl FreeArea {
     }
 
     /// Frames for a new slab of the metadata pool (contiguous, so the platform maps them in one
-    /// range), from the zone's pool pageblock: a pageblock the pool keeps for itself, whose
-    /// frames all read as allocated and which refuses every free (`flag::POOL`), so no caller
-    /// can free the pool's memory. When it has no room left, a free pageblock becomes the next
-    /// one (the claim may use the pool's reserve). `None` when the pool is no longer low (another
-    /// CPU grew it meanwhile).
+    /// range), from a pool pageblock: a pageblock the pool keeps for itself, which refuses every
+    /// free (`PbState::Pool`), so no caller can free the pool's memory. The first pool
+    /// pageblock with room takes it (there are few: one per 2 MiB of metadata); when none has,
+    /// a free pageblock becomes one (the claim may use the pool's reserve). `None`
+    /// when the pool is no longer low (another CPU grew it meanwhile).
     pub(crate) fn alloc_slab(&mut self, what: Short) -> Result<Option<Pfn>, NoBlock> {
         if !self.meta.pool.low(what) {
             return Ok(None);
         }
-        let len = crate::meta::Pool::slab_frames(what).next_power_of_two() as usize;
-        if let Some(r) = self.slab_pb {
-            let off = usize::from(self.slab_next).next_multiple_of(len);
-            if off + len <= FRAMES {
-                self.slab_next = off as u16 + len as u16;
+        let len = 1usize << slab_order(what);
+        let mut cur = self.pool_pbs;
+        while let Some(r) = PbRef::unpack(cur) {
+            cur = self.meta.pb(r).map_or(NIL, |h| h.next);
+            if let Some(off) = self.carve(r, len) {
                 self.growing = true;
                 return Ok(Some(Pfn::new(self.pb_base(r).get() + off as u64)));
             }
@@ -243,47 +254,195 @@ impl FreeArea {
         let r = r?;
         self.free_pages -= FRAMES as u64;
         // Its frames leave the free ones, dirty or not.
-        self.tracking(r, |a| a.make_pool_pb(r, len));
+        self.tracking(r, |a| a.make_pool_pb(r));
+        let off = self.carve(r, len).ok_or(NoBlock::Empty)?;
         self.growing = true;
-        Ok(Some(self.pb_base(r)))
+        Ok(Some(Pfn::new(self.pb_base(r).get() + off as u64)))
     }
 
-    /// Makes split pageblock `r`, whose free frames the caller took off `free_pages`, the pool
-    /// pageblock, with its first `used` frames in use; the rest of the previous one is left
-    /// unused (counted in [`FreeArea::metadata_bytes`]).
-    fn make_pool_pb(&mut self, r: PbRef, used: usize) {
-        self.meta.update_planes(r, |alloc, _| *alloc = Plane::FULL);
+    /// Makes split pageblock `r`, wholly free and taken off `free_pages` by the caller, a pool
+    /// pageblock with no slab yet.
+    fn make_pool_pb(&mut self, r: PbRef) {
+        self.meta.update_planes(r, |alloc, _| *alloc = Plane::EMPTY);
         self.meta.update_pb(r, |h| {
-            h.free = 0;
-            h.flags |= flag::POOL;
+            h.state = PbState::Pool;
+            h.free = FRAMES as u16;
         });
-        if self.slab_pb.is_some() {
-            self.pool_left += (FRAMES - usize::from(self.slab_next)) as u64;
+        self.pool_spare += FRAMES as u64;
+        self.pool_pb_link(r);
+    }
+
+    /// Takes `len` frames (a power of two, aligned) from pool pageblock `r` if it has them: their
+    /// offset in it.
+    fn carve(&mut self, r: PbRef, len: usize) -> Option<usize> {
+        let h = self.meta.pb(r)?;
+        if h.state != PbState::Pool || usize::from(h.free) < len {
+            return None;
         }
-        self.slab_pb = Some(r);
-        self.slab_next = used as u16;
+        let off = self.meta.update_planes(r, |alloc, _| {
+            let off = alloc.find_clear_run(len.trailing_zeros() as u8)?;
+            alloc.fill(off, len, true);
+            Some(off)
+        })??;
+        self.meta.update_pb(r, |h| h.free -= len as u16);
+        self.pool_spare -= len as u64;
+        Some(off)
+    }
+
+    /// Gives the frames `slab` (a slab's) back to their pool pageblock; one that no slab uses
+    /// any more goes back to the buddy, dirty if it was when the pool took it (the slabs'
+    /// frames were zeroed, the others never touched).
+    fn release_slab(&mut self, slab: PhysRange) {
+        let Some(r) = self.pb_ref(slab.start()) else {
+            return;
+        };
+        if self.meta.pb(r).map(|h| h.state) != Some(PbState::Pool) {
+            return;
+        }
+        let off = (slab.start().get() - self.pb_base(r).get()) as usize;
+        let len = slab.frames() as usize;
+        self.meta
+            .update_planes(r, |alloc, _| alloc.fill(off, len, false));
+        let Some(free) = self.meta.update_pb(r, |h| {
+            h.free += len as u16;
+            h.free
+        }) else {
+            return;
+        };
+        self.pool_spare += len as u64;
+        if usize::from(free) == FRAMES {
+            self.pool_pb_unlink(r);
+            self.pool_spare -= FRAMES as u64;
+            self.meta.update_pb(r, |h| h.state = PbState::Split);
+            self.free_pages += FRAMES as u64;
+            self.dirty_pages += self.pb_dirty(r);
+            self.unsplit(r);
+        }
+    }
+
+    /// Helps pool pageblock `r` to empty: what keeps it may be only metadata of pageblocks
+    /// that live as long as the pool's own (the planes of pool pageblocks and their sections'
+    /// arrays) and slabs the pool keeps spare. Moves the first out of it
+    /// and retires the second; the slabs this empties come back through
+    /// [`FreeArea::retire_metadata`].
+    /// Costs a walk of the pool pageblocks.
+    fn empty_out(&mut self, r: PbRef) {
+        let base = self.pb_base(r);
+        let Some(away) = PhysRange::new(base, Pfn::new(base.get() + FRAMES as u64)) else {
+            return;
+        };
+        let mut cur = self.pool_pbs;
+        while let Some(q) = PbRef::unpack(cur) {
+            cur = self.meta.pb(q).map_or(NIL, |h| h.next);
+            self.move_out(q, away);
+        }
+        self.meta.pool.retire_in(away);
+    }
+
+    /// Moves pageblock `r`'s planes and its section's array out of the frames `away`, where the
+    /// pool has room elsewhere.
+    fn move_out(&mut self, r: PbRef, away: PhysRange) {
+        self.meta.move_planes_out(r, away);
+        if let Some(s) = self.sec_of(r) {
+            self.meta.move_array_out(s, away);
+        }
+    }
+
+    /// Retires what the metadata pool can spare and hands out up to `out.len()` retired
+    /// slabs, zeroed, with the pointers they were mapped at, for the caller to unmap (with no
+    /// lock held) and give back with [`FreeArea::release_metadata`]; how many it handed out.
+    /// Until then their frames stay in their pool pageblocks, used.
+    pub(crate) fn retire_metadata(
+        &mut self,
+        out: &mut [Option<(PhysRange, NonNull<u8>)>],
+    ) -> usize {
+        self.meta.pool.retire_spare();
+        let mut n = 0;
+        for slot in out.iter_mut() {
+            *slot = self.meta.pool.pop_retired();
+            if slot.is_none() {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Gives the frames of unmapped retired slabs back to their pool pageblocks, and every
+    /// pool pageblock no slab uses any more to the buddy (which may leave further slabs free:
+    /// their planes and arrays go back to the pool). Then, if the pool pageblocks leave a
+    /// pageblock's worth of frames unused, it helps each that is nearly empty to empty, which
+    /// may retire more for the next [`FreeArea::retire_metadata`] (two of them may each keep
+    /// the other's section split: one goes first, then the other).
+    pub(crate) fn release_metadata(&mut self, slabs: impl IntoIterator<Item = PhysRange>) {
+        for slab in slabs {
+            self.release_slab(slab);
+        }
+        if self.pool_spare < FRAMES as u64 {
+            return;
+        }
+        let mut cur = self.pool_pbs;
+        while let Some(r) = PbRef::unpack(cur) {
+            let Some(h) = self.meta.pb(r) else {
+                return;
+            };
+            cur = h.next;
+            if FRAMES - usize::from(h.free) <= EMPTY_OUT {
+                // The spare pageblocks keep planes and their sections' arrays: free memory the
+                // pool would rather give back now.
+                self.release_spares();
+                self.empty_out(r);
+            }
+        }
+    }
+
+    /// Puts pool pageblock `r` on their list.
+    fn pool_pb_link(&mut self, r: PbRef) {
+        let head = self.pool_pbs;
+        self.meta.update_pb(r, |h| {
+            h.next = head;
+            h.prev = NIL;
+        });
+        if let Some(n) = PbRef::unpack(head) {
+            self.meta.update_pb(n, |h| h.prev = r.pack());
+        }
+        self.pool_pbs = r.pack();
+    }
+
+    /// Takes pool pageblock `r` off that list.
+    fn pool_pb_unlink(&mut self, r: PbRef) {
+        let Some(h) = self.meta.pb(r) else {
+            return;
+        };
+        match PbRef::unpack(h.prev) {
+            Some(p) => {
+                self.meta.update_pb(p, |x| x.next = h.next);
+            }
+            None => self.pool_pbs = h.next,
+        }
+        if let Some(n) = PbRef::unpack(h.next) {
+            self.meta.update_pb(n, |x| x.prev = h.prev);
+        }
+        self.meta.update_pb(r, |x| {
+            x.next = NIL;
+            x.prev = NIL;
+        });
     }
 
     /// Gives back the last slab [`FreeArea::alloc_slab`] handed out (the platform could not map
     /// it), if `pfn` heads it.
     pub(crate) fn unalloc_slab(&mut self, what: Short, pfn: Pfn) {
         self.growing = false;
-        let len = crate::meta::Pool::slab_frames(what).next_power_of_two();
-        if let Some(r) = self.slab_pb {
-            let off = pfn.get().wrapping_sub(self.pb_base(r).get());
-            if off + len == u64::from(self.slab_next) {
-                self.slab_next = off as u16;
-            }
+        let len = 1u64 << slab_order(what);
+        if let Some(range) = PhysRange::new(pfn, Pfn::new(pfn.get() + len)) {
+            self.release_slab(range);
         }
     }
 
-    /// Bytes of the zone's metadata: the spans' regions, the pool's slabs, and the pool
-    /// pageblocks' frames no slab uses.
+    /// Bytes of the zone's metadata: the spans' regions, the pool's slabs, and the frames of
+    /// pool pageblocks no slab uses.
     pub(crate) fn metadata_bytes(&self) -> u64 {
-        let unused = self
-            .slab_pb
-            .map_or(0, |_| (FRAMES - usize::from(self.slab_next)) as u64);
-        self.meta.bytes() + (unused + self.pool_left) * crate::addr::PAGE_SIZE
+        self.meta.bytes() + self.pool_spare * crate::addr::PAGE_SIZE
     }
 
     /// Takes a free section off its list for [`FreeArea::host_section`] (marked allocated
@@ -345,7 +504,7 @@ impl FreeArea {
         self.dirty_pages += Order::MAX.frames() - FRAMES as u64;
         if self
             .meta
-            .set_planes(r, Plane::FULL, None, Need::Growth)
+            .set_planes(r, Plane::EMPTY, None, Need::Growth)
             .is_err()
         {
             // No plane for the first pageblock: it stays allocated whole (2 MiB of metadata).
@@ -357,8 +516,10 @@ impl FreeArea {
             h.class = Class::Long;
         });
         self.count_split(r, true);
-        // The rest of its first pageblock serves the pool's next slabs.
-        self.make_pool_pb(r, used);
+        // The rest of its first pageblock serves the pool's next array slabs; the array's own
+        // frames stay carved for good.
+        self.make_pool_pb(r);
+        self.carve(r, used);
     }
 
     /// `true` if `range` can join this zone: room for another span, and its pageblocks

@@ -521,7 +521,7 @@ impl FreeArea {
         };
         match h.state {
             // The metadata pool's own frames: never the caller's.
-            PbState::Split if h.flags & flag::POOL != 0 => Err(FreeError::Foreign { pfn }),
+            PbState::Pool => Err(FreeError::Foreign { pfn }),
             PbState::Split => {
                 let alloc = self
                     .meta
@@ -721,6 +721,17 @@ impl FreeArea {
 
     /// Calls `f(pageblock, header, allocation plane)` for every split (not hot) pageblock.
     pub(super) fn for_each_split(&self, mut f: impl FnMut(PbRef, crate::meta::PbHeader, Plane)) {
+        self.for_each_pb_of_split(|r, h| {
+            if h.state == PbState::Split
+                && let Some(alloc) = self.meta.plane(r, Which::Alloc)
+            {
+                f(r, h, alloc);
+            }
+        });
+    }
+
+    /// Calls `f(pageblock, header)` for every pageblock of the split sections.
+    pub(super) fn for_each_pb_of_split(&self, mut f: impl FnMut(PbRef, crate::meta::PbHeader)) {
         for (slot, span) in self.meta.spans() {
             for s in 0..span.sections() {
                 let sec = SecRef {
@@ -737,11 +748,8 @@ impl FreeArea {
                         span: slot,
                         index: pb,
                     };
-                    if let Some(h) = self.meta.pb(r)
-                        && h.state == PbState::Split
-                        && let Some(alloc) = self.meta.plane(r, Which::Alloc)
-                    {
-                        f(r, h, alloc);
+                    if let Some(h) = self.meta.pb(r) {
+                        f(r, h);
                     }
                 }
             }

@@ -511,3 +511,51 @@ fn the_invariant_walk_catches_a_pageblock_that_records_another_bucket() {
     }
     m.check_invariants().unwrap();
 }
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
+fn the_metadata_pool_shrinks_when_memory_merges_whole() {
+    // 80 GiB split frame by frame needs about 5 MiB of arrays and planes: three pool
+    // pageblocks. Once every frame is back and merged whole, the pool gives back all its slabs
+    // of the zone's frames but a few it keeps for its next growth, and every pool pageblock
+    // but the one holding those, once asked to. The span's last pageblock stays split: its end
+    // holds the span's region.
+    let g = 1u64 << 18;
+    let spec = Spec::uniform(1, 80 * g, 4 * g);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let boot = m.metadata_bytes();
+    let boot_free = m.node(n(0)).unwrap().free_pages();
+    let held = fill(&m);
+    let split = m.metadata_bytes();
+    assert!(
+        split >= boot + (5 << 20),
+        "{boot} bytes at boot, {split} split"
+    );
+    m.check_invariants().unwrap();
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+    assert_eq!(m.metadata_bytes(), split, "nothing is given back unasked");
+    let gave = m.trim_metadata();
+    m.check_invariants().unwrap();
+    let back = m.metadata_bytes();
+    assert_eq!(gave, split - back);
+    assert!(
+        back <= boot + (2 << 20) + (64 << 10),
+        "{boot} bytes at boot, {split} split, {back} once all is free"
+    );
+    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Normal);
+    let mut pinned = 0;
+    zone.for_each_pageblock(|pb| pinned += usize::from(pb.kind != PageblockKind::Free));
+    assert!(pinned <= 2, "{pinned} pageblocks pinned by metadata");
+    // Every frame the pool took and gave back is free again: none is lost between them.
+    assert_eq!(
+        m.node(n(0)).unwrap().free_pages() + (back - boot) / PAGE_SIZE,
+        boot_free
+    );
+}

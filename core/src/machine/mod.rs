@@ -19,6 +19,7 @@ mod layout;
 mod poison;
 mod report;
 mod scrub;
+mod trim;
 mod walk;
 
 use bitflags::bitflags;

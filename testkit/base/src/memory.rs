@@ -2,8 +2,9 @@
 //!
 //! numaframe's `PhysMemory` contract: a mapped range is page aligned, valid for its bytes while
 //! the memory lives, and touched by nobody else. [`RawMemory`] keeps it for any caller: every map
-//! gets a fresh buffer of its own, and a range that overlaps one mapped before is refused, so the
-//! allocator mapping a frame twice (which it promises never to do) fails instead of aliasing.
+//! gets a fresh buffer of its own, and a range that overlaps one mapped and not unmapped is
+//! refused, so the allocator mapping a frame twice (which it promises never to do) fails instead
+//! of aliasing.
 //! [`impl_phys_memory!`](crate::impl_phys_memory) turns a type holding a `RawMemory` into a
 //! `PhysMemory` of the calling crate.
 
@@ -91,6 +92,26 @@ impl RawMemory {
     }
 }
 
+impl RawMemory {
+    /// Gives up the mapping of the `bytes` bytes at `start` that `map` returned: its buffer is
+    /// freed, and the range can be mapped again. A range that is not exactly one mapped before
+    /// is ignored.
+    pub fn unmap(&self, start: u64, bytes: u64) {
+        let Ok(mut regions) = self.regions.lock() else {
+            return;
+        };
+        if let Some(i) = regions
+            .iter()
+            .position(|r| r.start == start && r.bytes == bytes)
+        {
+            let r = regions.swap_remove(i);
+            // SAFETY: `ptr` was returned by `alloc(layout)` in `map` and is freed once, here;
+            // whoever mapped it gave it up.
+            unsafe { dealloc(r.ptr.as_ptr(), r.layout) };
+        }
+    }
+}
+
 impl Drop for RawMemory {
     fn drop(&mut self) {
         let regions = self
@@ -112,8 +133,8 @@ impl Drop for RawMemory {
 /// first argument is the path of the crate root that exports `PhysMemory` and `PhysRange`, the
 /// last the field that holds the memory.
 ///
-/// The impl maps a `PhysRange` as the bytes from its first frame's address, so each frame is
-/// mapped at most once and overlapping maps are refused.
+/// The impl maps a `PhysRange` as the bytes from its first frame's address, refuses a map
+/// overlapping a range mapped and not unmapped, and frees a range's buffer when it is unmapped.
 #[macro_export]
 macro_rules! impl_phys_memory {
     ($numaframe:ident, $ty:ty, $field:tt) => {
@@ -124,6 +145,9 @@ macro_rules! impl_phys_memory {
         unsafe impl $numaframe::PhysMemory for $ty {
             fn map(&self, range: $numaframe::PhysRange) -> Option<::core::ptr::NonNull<u8>> {
                 $crate::RawMemory::map(&self.$field, range.start().addr().get(), range.bytes())
+            }
+            fn unmap(&self, range: $numaframe::PhysRange, _: ::core::ptr::NonNull<u8>) {
+                $crate::RawMemory::unmap(&self.$field, range.start().addr().get(), range.bytes())
             }
         }
     };
