@@ -4,7 +4,8 @@
 //! held, and once everything is freed and the caches drained, the machine is whole again.
 //!
 //! `STRESS_OPS` (operations per thread, default 20 000) and `STRESS_THREADS` (default 4) make a
-//! longer run: `STRESS_OPS=2000000 cargo test --release -p numaframe-tests --test stress`.
+//! longer run: `STRESS_OPS=2000000 cargo test --release -p numaframe-tests --test stress`. The
+//! last test races `trim_metadata` against frees over a node big enough for the pool to grow.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -253,4 +254,82 @@ fn handles_with_cross_cpu_frees_account_for_every_frame() {
     m.check_invariants().unwrap();
     let free: u64 = m.nodes().iter().map(|n| n.free_pages()).sum();
     assert_eq!(free, total, "every frame came back exactly once");
+}
+
+/// Two threads split 40 GiB frame by frame (the metadata pool grows by two pool pageblocks),
+/// then free their frames in random order, while a third gives metadata back with
+/// `trim_metadata` over and over. Afterwards, with a last trim, the metadata is back to one
+/// pool pageblock, and the free frames and the metadata's frames add up to what the machine had
+/// at boot: none was lost or handed out twice between the pool and the buddy.
+#[test]
+fn trim_metadata_races_frees() {
+    const GIB: u64 = 1 << 30;
+    let node = NodeSpec {
+        cpus: vec![0, 1],
+        memory_bytes: 40 * GIB,
+        socket: Some(0),
+        initiator: None,
+        bandwidth_gbps: None,
+    };
+    let spec = MachineSpec::new("trim-1node", vec![node], vec![10], None).unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let cpu_nodes = [NodeId::new(0); 2];
+    let opts = BootOptions {
+        cpus: &cpu_nodes,
+        ..BootOptions::default()
+    };
+    let m = sim.boot(opts).unwrap();
+    let free = |m: &numaframe::Machine<'_>| m.nodes().iter().map(|n| n.free_pages()).sum::<u64>();
+    let (boot_free, boot_meta) = (free(&m), m.metadata_bytes());
+    let node0 = NodeId::new(0);
+    let mut halves: Vec<Vec<Pfn>> = (0..2)
+        .map(|_| {
+            (0..boot_free / 2 - 4096)
+                .map_while(|_| m.alloc(node0, Order::ZERO, AllocFlags::empty()))
+                .collect()
+        })
+        .collect();
+    let split = m.metadata_bytes();
+    assert!(
+        split >= boot_meta + (2 << 20),
+        "{boot_meta} at boot, {split} split"
+    );
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for (t, mut mine) in halves.drain(..).enumerate() {
+            let (m, done) = (&m, &done);
+            s.spawn(move || {
+                let cpu = m.cpu(t).unwrap();
+                let mut rng = Rng::new(0x7217_d00d ^ t as u64);
+                while !mine.is_empty() {
+                    let p = mine.swap_remove(rng.index(mine.len()));
+                    if rng.below(2) == 0 {
+                        m.free(p, Order::ZERO).unwrap();
+                    } else {
+                        m.free_cpu(cpu, p, Order::ZERO).unwrap();
+                    }
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::Release);
+            });
+        }
+        s.spawn(|| {
+            while done.load(std::sync::atomic::Ordering::Acquire) < 2 {
+                m.trim_metadata();
+                std::thread::yield_now();
+            }
+        });
+    });
+    m.drain_all();
+    m.trim_metadata();
+    m.check_invariants().unwrap();
+    let meta = m.metadata_bytes();
+    assert!(
+        meta <= boot_meta + (2 << 20) + (64 << 10),
+        "{boot_meta} at boot, {split} split, {meta} after the trims"
+    );
+    assert_eq!(
+        free(&m) + (meta - boot_meta) / numaframe::PAGE_SIZE,
+        boot_free,
+        "every frame, the metadata's included, came back exactly once"
+    );
 }
