@@ -290,6 +290,8 @@ pub(crate) struct SpanMeta {
     pub(crate) region: PhysRange,
     sections: NonNull<UnsafeCell<SectionCell>>,
     nsec: u32,
+    /// Pageblocks of the span (every header lookup checks against it).
+    npb: u32,
 }
 
 // SAFETY: the section table is only reached through the zone's `ZoneMeta`, behind its lock.
@@ -451,6 +453,7 @@ impl SpanMeta {
                 region: meta,
                 sections,
                 nsec,
+                npb: count(range, PB_SHIFT) as u32,
             },
             Seed(region),
         ))
@@ -469,7 +472,7 @@ impl SpanMeta {
 
     /// Number of pageblocks of the span.
     pub(crate) fn pageblocks(&self) -> u32 {
-        count(self.range, PB_SHIFT) as u32
+        self.npb
     }
 
     /// The section of pageblock `pb` and the pageblock's index in that section's array.
@@ -1355,17 +1358,21 @@ impl ZoneMeta {
             return None;
         }
         let (s, i) = span.locate_pb(r.index);
-        let (_, array) = self.section_cell_copy(SecRef {
-            span: r.span,
-            index: s,
-        })?;
-        let array = array?;
-        if i >= usize::from(array.len) {
+        // Only the array's pointer and length: a lookup that copied the whole cell (section and
+        // array handle, about a hundred bytes) on every header access dominated the zone path.
+        // SAFETY: as in `section_cell_copy`.
+        let (ptr, len) = self
+            .section_cell(SecRef {
+                span: r.span,
+                index: s,
+            })?
+            .with(|p| unsafe { (*p).pbs.as_ref().map(|a| (a.ptr, a.len)) })?;
+        if i >= usize::from(len) {
             return None;
         }
         // SAFETY: `i < len`, and a section's array holds `len` initialised cells for as long as
         // the section refers to it.
-        Some(unsafe { array.ptr.add(i).as_ref() })
+        Some(unsafe { ptr.add(i).as_ref() })
     }
 
     /// A copy of the header of pageblock `r` (`None` if its section is not split).
@@ -1383,6 +1390,55 @@ impl ZoneMeta {
         // SAFETY: as in `update_section`.
         self.pb_cell(r)
             .map(|c| c.with_mut(|p| f(unsafe { &mut (*p).header })))
+    }
+
+    /// Runs `f` on the header of pageblock `r` and its allocation and extra planes (those it
+    /// has), found with one lookup; `None` if its section is not split.
+    #[inline]
+    pub(crate) fn with_pb<R>(
+        &self,
+        r: PbRef,
+        f: impl FnOnce(&PbHeader, Option<&Plane>, Option<&Plane>) -> R,
+    ) -> Option<R> {
+        let cell = self.pb_cell(r)?;
+        // SAFETY: as in `section_cell_copy`: `&self` excludes writers for as long as `f` runs;
+        // the planes are this zone's pool's, held by this header, distinct from the cell.
+        Some(cell.with(|p| unsafe {
+            let c = &*p;
+            match c.planes {
+                None => f(&c.header, None, None),
+                Some(PlaneRef::Single(q)) => q.as_ref().with(|a| f(&c.header, Some(&*a), None)),
+                Some(PlaneRef::Pair(q)) => q
+                    .as_ref()
+                    .with(|a| f(&c.header, Some(&(*a)[0]), Some(&(*a)[1]))),
+            }
+        }))
+    }
+
+    /// Changes the header of pageblock `r` and its planes (those it has) through `f`, found
+    /// with one lookup; `None` if its section is not split.
+    #[inline]
+    pub(crate) fn with_pb_mut<R>(
+        &mut self,
+        r: PbRef,
+        f: impl FnOnce(&mut PbHeader, Option<&mut Plane>, Option<&mut Plane>) -> R,
+    ) -> Option<R> {
+        let cell = self.pb_cell(r)?;
+        // SAFETY: as in `update_section`: `&mut self` makes this the only access to the cell
+        // and to the planes its handle names (this zone's pool's, distinct from the cell).
+        Some(cell.with_mut(|p| unsafe {
+            let c = &mut *p;
+            match c.planes {
+                None => f(&mut c.header, None, None),
+                Some(PlaneRef::Single(q)) => q
+                    .as_ref()
+                    .with_mut(|a| f(&mut c.header, Some(&mut *a), None)),
+                Some(PlaneRef::Pair(q)) => q.as_ref().with_mut(|a| {
+                    let [x, y] = &mut *a;
+                    f(&mut c.header, Some(x), Some(y))
+                }),
+            }
+        }))
     }
 
     fn plane_ref(&self, r: PbRef) -> Option<PlaneRef> {
@@ -1412,23 +1468,6 @@ impl ZoneMeta {
         // SAFETY: the handle is held by this zone's header and came from this zone's pool;
         // `&self` excludes writers (they take `&mut self`).
         unsafe { read_plane(p, which) }
-    }
-
-    /// Runs `f` on the allocation plane of pageblock `r` and its extra plane, if it has one,
-    /// without copying them; `None` if it has no allocation plane.
-    pub(crate) fn with_planes<R>(
-        &self,
-        r: PbRef,
-        f: impl FnOnce(&Plane, Option<&Plane>) -> R,
-    ) -> Option<R> {
-        let p = self.plane_ref(r)?;
-        // SAFETY: as in `plane`: `&self` excludes writers for as long as `f` runs.
-        Some(unsafe {
-            match p {
-                PlaneRef::Single(q) => q.as_ref().with(|c| f(&*c, None)),
-                PlaneRef::Pair(q) => q.as_ref().with(|c| f(&(*c)[0], Some(&(*c)[1]))),
-            }
-        })
     }
 
     /// Changes the planes of pageblock `r` through `f(alloc, extra)`; `None` if it has no

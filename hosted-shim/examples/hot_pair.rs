@@ -2,27 +2,36 @@
 //! for instruction counts under a profiler: run it at two counts and divide the difference in
 //! instructions by the difference in pairs, so that booting cancels out.
 //!
-//! `valgrind --tool=callgrind target/release/examples/hot_pair handle 100000`, with the API one
+//! `valgrind --tool=callgrind target/release/examples/hot_pair handle 100000 [ORDER]`, with the API one
 //! of `node` (`Machine::alloc`/`free` on node 0: the zone's own path, no per-CPU cache), `cpu`
 //! (`alloc_cpu`/`free_cpu`), `handle` (a claimed `CpuHandle`) or `unchecked` (the handle's
 //! `free_unchecked`). It prints the wall time per pair too (of a loop through
 //! `dyn Frames`, as the bench's cells are not: a rough figure, `numaframe bench` is the
-//! measurement).
+//! measurement). `ORDER` (default 0) is the order of each pair's block; the per-CPU APIs send
+//! orders above 0 to the zones.
 #![deny(unsafe_code)]
 
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use numaframe::{AllocFlags, NodeId};
+use numaframe::{AllocFlags, NodeId, Order};
 use numaframe_hosted::bench::{FRAMES_1G, Frames, NumaCpu, NumaHandle, NumaNode, OneNode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (Some(api), Some(Ok(pairs))) = (args.first(), args.get(1).map(|n| n.parse::<u64>())) else {
-        eprintln!("error: usage: hot_pair node|cpu|handle|unchecked PAIRS");
+    let (Some(api), Some(Ok(pairs)), Ok(order)) = (
+        args.first(),
+        args.get(1).map(|n| n.parse::<u64>()),
+        args.get(2).map_or(Ok(0), |o| o.parse::<u8>()),
+    ) else {
+        eprintln!("error: usage: hot_pair node|cpu|handle|unchecked PAIRS [ORDER]");
         return ExitCode::from(2);
     };
+    if Order::try_new(order).is_none() {
+        eprintln!("error: order {order} is above the largest order");
+        return ExitCode::from(2);
+    }
     let node = match OneNode::new(FRAMES_1G) {
         Ok(n) => n,
         Err(e) => {
@@ -51,10 +60,10 @@ fn main() -> ExitCode {
     };
     let start = Instant::now();
     for _ in 0..pairs {
-        let f = frames.alloc(0).expect("a fresh node has a free frame");
-        frames.free(black_box(f), 0);
+        let f = frames.alloc(order).expect("a fresh node has a free block");
+        frames.free(black_box(f), order);
     }
     let ns = start.elapsed().as_nanos() as f64 / pairs.max(1) as f64;
-    println!("{api}: {pairs} pairs, {ns:.2} ns per pair");
+    println!("{api}: {pairs} pairs of order {order}, {ns:.2} ns per pair");
     ExitCode::SUCCESS
 }

@@ -16,7 +16,7 @@
 use super::{Big, FreeArea};
 use crate::addr::{Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
-use crate::meta::{PB_SHIFT, PBS_PER_SECTION, PbRef, PbState, Section, flag};
+use crate::meta::{PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, Section, flag};
 
 /// A block taken from a zone, and the part of it that may be dirty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,16 @@ pub(super) fn dirty_free(alloc: &Plane, extra: &Plane) -> u64 {
         .zip(extra.0.iter())
         .map(|(a, x)| u64::from((!a & x).count_ones()))
         .sum()
+}
+
+/// Free frames of a split pageblock that count as dirty, from its header and planes (what
+/// [`FreeArea::pb_dirty`] says of a `Split` pageblock, with its cell already in hand).
+pub(super) fn split_dirty(h: &PbHeader, alloc: Option<&Plane>, extra: Option<&Plane>) -> u64 {
+    match (alloc, extra) {
+        (Some(a), Some(x)) => dirty_free(a, x),
+        _ if h.flags & flag::DIRTY != 0 => u64::from(h.free),
+        _ => 0,
+    }
 }
 
 /// The bits set in `a` or `b`: for a split pageblock's planes, the frames that are allocated
@@ -77,19 +87,16 @@ impl FreeArea {
     /// marked free frames of a split one; none of a pageblock that is neither (allocated,
     /// lent, or inside a block being scrubbed).
     pub(super) fn pb_dirty(&self, r: PbRef) -> u64 {
-        let Some(h) = self.meta.pb(r) else {
-            return 0;
-        };
-        let dirty = h.flags & flag::DIRTY != 0;
-        match h.state {
-            PbState::Free { .. } | PbState::FreeTail if dirty => FRAMES as u64,
-            PbState::Split => self
-                .meta
-                .with_planes(r, |a, x| x.map(|x| dirty_free(a, x)))
-                .flatten()
-                .unwrap_or(if dirty { u64::from(h.free) } else { 0 }),
-            _ => 0,
-        }
+        self.meta
+            .with_pb(r, |h, alloc, extra| {
+                let dirty = h.flags & flag::DIRTY != 0;
+                match h.state {
+                    PbState::Free { .. } | PbState::FreeTail if dirty => FRAMES as u64,
+                    PbState::Split => split_dirty(h, alloc, extra),
+                    _ => 0,
+                }
+            })
+            .unwrap_or(0)
     }
 
     /// Frames of the block `b` of `order` (9..=18) whose flags say dirty, whatever the block's

@@ -21,14 +21,14 @@
 //! fullest-pageblock order, and the bands leave that order alone there.
 #![deny(unsafe_code)]
 
-use super::dirty::{Got, range_of};
+use super::dirty::{Got, range_of, split_dirty};
 use super::{BANDS, Big, EMPTYING, FreeArea, NoBlock, PLAIN, SMALL, band_of};
 use crate::addr::{Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::FreeError;
 use crate::meta::{
-    Class, NIL, Need, PB_SHIFT, PbRef, PbState, SecRef, SectionState, Short, SpanMeta, Use, Which,
-    flag,
+    Class, NIL, Need, PB_SHIFT, PbHeader, PbRef, PbState, SecRef, SectionState, Short, SpanMeta,
+    Use, Which, flag,
 };
 
 /// How many candidates an order-1..=8 request looks at before it takes a free pageblock.
@@ -49,10 +49,14 @@ impl FreeArea {
     /// Puts split pageblock `r` of `class` into the bucket for its section's band and its
     /// `free` frames.
     pub(super) fn bucket_insert(&mut self, r: PbRef, class: Class) {
-        let Some(h) = self.meta.pb(r) else {
-            return;
-        };
-        let b = usize::from(h.free);
+        if let Some(h) = self.meta.pb(r) {
+            self.bucket_insert_as(r, class, h.free);
+        }
+    }
+
+    /// [`FreeArea::bucket_insert`] of a pageblock with `free` free frames (its header in hand).
+    fn bucket_insert_as(&mut self, r: PbRef, class: Class, free: u16) {
+        let b = usize::from(free);
         if b == 0 || b >= FRAMES {
             return;
         }
@@ -95,9 +99,13 @@ impl FreeArea {
 
     /// Takes split pageblock `r` out of the bucket it sits in, if any.
     pub(super) fn bucket_remove(&mut self, r: PbRef) {
-        let Some(h) = self.meta.pb(r) else {
-            return;
-        };
+        if let Some(h) = self.meta.pb(r) {
+            self.bucket_remove_as(r, &h);
+        }
+    }
+
+    /// [`FreeArea::bucket_remove`] with `r`'s header `h` in hand.
+    fn bucket_remove_as(&mut self, r: PbRef, h: &PbHeader) {
         let key = usize::from(h.bucket);
         if key == 0 {
             return;
@@ -156,27 +164,26 @@ impl FreeArea {
     /// Puts a split pageblock where its free count says: a bucket, the spare slot (merging the
     /// previous spare), or nowhere when it is full.
     pub(super) fn settle(&mut self, r: PbRef) {
-        let Some(h) = self.meta.pb(r) else {
-            return;
-        };
-        let usable = self.meta.span(r.span).map_or(0, |s| {
+        if let Some(h) = self.meta.pb(r) {
+            self.settle_as(r, h.class, h.free);
+        }
+    }
+
+    /// [`FreeArea::settle`] of a pageblock of `class` with `free` free frames, out of every
+    /// bucket.
+    fn settle_as(&mut self, r: PbRef, class: Class, free: u16) {
+        let whole = self.meta.span(r.span).is_some_and(|s| {
             let (lo, hi) = s.pb_frames(r.index);
-            hi - lo
+            lo == 0 && hi == FRAMES && usize::from(free) == FRAMES
         });
-        if usize::from(h.free) == usable
-            && self
-                .meta
-                .span(r.span)
-                .is_some_and(|s| s.pb_is_whole(r.index))
-        {
-            let c = h.class.index();
-            if let Some(old) = self.spare[c].replace(r)
+        if whole {
+            if let Some(old) = self.spare[class.index()].replace(r)
                 && old != r
             {
                 self.unsplit(old);
             }
-        } else if h.free > 0 {
-            self.bucket_insert(r, h.class);
+        } else if free > 0 {
+            self.bucket_insert_as(r, class, free);
         }
     }
 
@@ -217,8 +224,10 @@ impl FreeArea {
     /// [`FreeArea::bulk_undo`] restores the dirty count exactly). Without one, the whole
     /// pageblock's free frames turn dirty.
     fn keep_clean_apart(&mut self, r: PbRef) {
-        let clean = self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY == 0);
-        if clean && !self.meta.has_plane(r, Which::Extra) {
+        let wants = self.meta.with_pb(r, |h, _, extra| {
+            h.flags & flag::DIRTY == 0 && extra.is_none()
+        });
+        if wants == Some(true) {
             let _ = self.ensure_extra(r);
         }
     }
@@ -460,43 +469,43 @@ impl FreeArea {
     pub(super) fn take_from(&mut self, r: PbRef, order: u8, zero: bool) -> Got {
         let base = self.pb_base(r);
         let len = 1usize << order;
-        let flag_dirty = self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY != 0);
-        let (off, dirty) = self.tracking(r, |a| {
-            let taken = a
-                .meta
-                .update_planes(r, |alloc, extra| {
-                    let clean = extra
-                        .as_deref()
-                        .filter(|_| zero)
-                        .and_then(|x| super::dirty::union(alloc, x).find_clear_run(order));
-                    let off = clean.or_else(|| alloc.find_clear_run(order))?;
-                    let dirty = match extra.as_deref() {
-                        Some(x) => {
-                            let first = (off..off + len).find(|&i| x.get(i));
-                            let last = (off..off + len).rev().find(|&i| x.get(i));
-                            first.zip(last).map(|(f, l)| (f - off, l - f + 1))
-                        }
-                        None => flag_dirty.then_some((0, len)),
-                    };
-                    alloc.fill(off, len, true);
-                    if let Some(x) = extra {
-                        // The head is marked, the rest of the block is not.
-                        x.fill(off, len, false);
-                        x.put(off, true);
+        // One lookup for the header and planes; the dirty count changes by what the block
+        // takes out of the dirty free frames.
+        let (off, dirty, before, after, class, free) = self
+            .meta
+            .with_pb_mut(r, |h, alloc, mut extra| {
+                let alloc = alloc?;
+                let before = split_dirty(h, Some(alloc), extra.as_deref());
+                let clean = extra
+                    .as_deref()
+                    .filter(|_| zero)
+                    .and_then(|x| super::dirty::union(alloc, x).find_clear_run(order));
+                let off = clean.or_else(|| alloc.find_clear_run(order))?;
+                let dirty = match extra.as_deref() {
+                    Some(x) => {
+                        let first = (off..off + len).find(|&i| x.get(i));
+                        let last = (off..off + len).rev().find(|&i| x.get(i));
+                        first.zip(last).map(|(f, l)| (f - off, l - f + 1))
                     }
-                    Some((off, dirty))
-                })
-                .flatten()
-                .unwrap_or((0, None));
-            a.meta.update_pb(r, |h| {
+                    None => (h.flags & flag::DIRTY != 0).then_some((0, len)),
+                };
+                alloc.fill(off, len, true);
+                if let Some(x) = extra.as_deref_mut() {
+                    // The head is marked, the rest of the block is not.
+                    x.fill(off, len, false);
+                    x.put(off, true);
+                }
                 h.free -= len as u16;
                 h.multi += u16::from(order > 0);
                 h.flags &= !flag::REPORTED;
-            });
-            taken
-        });
+                let after = split_dirty(h, Some(alloc), extra.as_deref());
+                Some((off, dirty, before, after, h.class, h.free))
+            })
+            .flatten()
+            .unwrap_or((0, None, 0, 0, Class::Long, 0));
+        self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
         self.free_pages -= len as u64;
-        self.settle(r);
+        self.settle_as(r, class, free);
         let pfn = Pfn::new(base.get() + off as u64);
         Got {
             pfn,
@@ -512,51 +521,56 @@ impl FreeArea {
         }
         // `pb_ref` found `pfn` inside its span, so `off` is a frame of the span.
         let off = (pfn.get() - self.pb_base(r).get()) as usize;
-        let Some(h) = self.meta.pb(r) else {
-            // The section is one whole block.
-            return match self.whole_at(pfn)? {
-                Some((o, what)) => Ok(Found::Whole { order: o, what }),
-                None => Err(FreeError::NotAllocated { pfn }),
-            };
-        };
-        match h.state {
+        // One lookup for the header and planes; `None` for a whole block, below.
+        let small = self.meta.with_pb(r, |h, alloc, extra| match h.state {
             // The metadata pool's own frames: never the caller's.
-            PbState::Pool => Err(FreeError::Foreign { pfn }),
-            PbState::Split => {
-                let alloc = self
-                    .meta
-                    .plane(r, Which::Alloc)
-                    .ok_or(FreeError::Foreign { pfn })?;
-                if !alloc.get(off) || self.scrub_holds(r, off) {
-                    return Err(FreeError::DoubleFree { pfn });
-                }
-                let extra = self.meta.plane(r, Which::Extra);
-                let allocated = match extra {
-                    None => 0,
-                    Some(x) => {
-                        if !x.get(off) {
-                            return Err(FreeError::NotAllocated { pfn });
-                        }
-                        // The block runs to the next head or free frame.
-                        let mut len = 1;
-                        while off + len < FRAMES && alloc.get(off + len) && !x.get(off + len) {
-                            len += 1;
-                        }
-                        len.trailing_zeros() as u8
-                    }
-                };
-                Ok(Found::Small {
-                    r,
-                    off,
-                    order: allocated,
-                })
-            }
-            PbState::Hot => Ok(Found::Hot { r, off }),
-            _ => match self.whole_at(pfn)? {
-                Some((o, what)) => Ok(Found::Whole { order: o, what }),
-                None => Err(FreeError::NotAllocated { pfn }),
-            },
+            PbState::Pool => Some(Err(FreeError::Foreign { pfn })),
+            PbState::Split => Some(self.find_small(r, off, pfn, alloc, extra)),
+            PbState::Hot => Some(Ok(Found::Hot { r, off })),
+            _ => None,
+        });
+        if let Some(Some(found)) = small {
+            return found;
         }
+        // The section is one whole block, or `r` heads or lies in a block of whole pageblocks.
+        match self.whole_at(pfn)? {
+            Some((o, what)) => Ok(Found::Whole { order: o, what }),
+            None => Err(FreeError::NotAllocated { pfn }),
+        }
+    }
+
+    /// [`FreeArea::find`] at frame `off` of split pageblock `r`, from its planes.
+    fn find_small(
+        &self,
+        r: PbRef,
+        off: usize,
+        pfn: Pfn,
+        alloc: Option<&Plane>,
+        extra: Option<&Plane>,
+    ) -> Result<Found, FreeError> {
+        let alloc = alloc.ok_or(FreeError::Foreign { pfn })?;
+        if !alloc.get(off) || self.scrub_holds(r, off) {
+            return Err(FreeError::DoubleFree { pfn });
+        }
+        let allocated = match extra {
+            None => 0,
+            Some(x) => {
+                if !x.get(off) {
+                    return Err(FreeError::NotAllocated { pfn });
+                }
+                // The block runs to the next head or free frame.
+                let mut len = 1;
+                while off + len < FRAMES && alloc.get(off + len) && !x.get(off + len) {
+                    len += 1;
+                }
+                len.trailing_zeros() as u8
+            }
+        };
+        Ok(Found::Small {
+            r,
+            off,
+            order: allocated,
+        })
     }
 
     /// Frees an allocated block of `order` at offset `off` of split pageblock `r` (found by
@@ -567,26 +581,29 @@ impl FreeArea {
             self.keep_clean_apart(r);
         }
         let len = 1usize << order;
-        let was_full = self.meta.pb(r).is_some_and(|h| h.free == 0);
-        self.tracking(r, |a| {
-            a.meta.update_planes(r, |alloc, extra| {
-                alloc.fill(off, len, false);
-                if let Some(x) = extra {
+        let Some((h, was_full, before, after)) =
+            self.meta.with_pb_mut(r, |h, mut alloc, mut extra| {
+                let was_full = h.free == 0;
+                let before = split_dirty(h, alloc.as_deref(), extra.as_deref());
+                if let Some(a) = alloc.as_deref_mut() {
+                    a.fill(off, len, false);
+                }
+                if let Some(x) = extra.as_deref_mut() {
                     x.fill(off, len, dirty);
                 }
-            });
-            a.meta.update_pb(r, |h| {
                 h.free += len as u16;
                 h.multi -= u16::from(order > 0);
                 if dirty {
                     h.flags |= flag::DIRTY;
                 }
-            });
-        });
-        self.free_pages += len as u64;
-        let Some(h) = self.meta.pb(r) else {
+                let after = split_dirty(h, alloc.as_deref(), extra.as_deref());
+                (*h, was_full, before, after)
+            })
+        else {
             return;
         };
+        self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
+        self.free_pages += len as u64;
         if self.scrub_holds_pb(r) {
             // Out of every bucket until the scrub puts its frames back and settles it.
             return;
@@ -596,10 +613,10 @@ impl FreeArea {
             usize::from(h.free) == hi - lo
         });
         if wholly {
-            self.bucket_remove(r);
-            self.settle(r);
+            self.bucket_remove_as(r, &h);
+            self.settle_as(r, h.class, h.free);
         } else if was_full {
-            self.bucket_insert(r, h.class);
+            self.bucket_insert_as(r, h.class, h.free);
         }
     }
 
