@@ -82,12 +82,38 @@ impl Plane {
         self.0.iter().map(|w| w.count_ones() as usize).sum()
     }
 
-    /// The first clear bit, if any.
-    pub(crate) fn first_clear(&self) -> Option<usize> {
-        self.0
-            .iter()
-            .position(|w| *w != !0)
-            .map(|w| w * 64 + (!self.0[w]).trailing_zeros() as usize)
+    /// `true` if every bit set in `other` is set here.
+    pub(crate) fn covers(&self, other: &Plane) -> bool {
+        self.0.iter().zip(other.0.iter()).all(|(a, b)| b & !a == 0)
+    }
+
+    /// Sets every bit set in `other`.
+    pub(crate) fn set_from(&mut self, other: &Plane) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a |= b;
+        }
+    }
+
+    /// Clears every bit set in `other`.
+    pub(crate) fn clear_from(&mut self, other: &Plane) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a &= !b;
+        }
+    }
+
+    /// The plane whose bit `i` is bit `i + 1` of this one (bit 511 clear): what follows each
+    /// frame.
+    pub(crate) fn following(&self) -> Plane {
+        let mut p = Plane::EMPTY;
+        for w in 0..WORDS {
+            let carry = if w + 1 < WORDS {
+                self.0[w + 1] << 63
+            } else {
+                0
+            };
+            p.0[w] = self.0[w] >> 1 | carry;
+        }
+        p
     }
 
     /// The first set bit at or after `from`, if any.
@@ -198,7 +224,8 @@ mod tests {
                     "{p:?} {order}"
                 );
             }
-            assert_eq!(p.first_clear(), (0..FRAMES).find(|&i| !p.get(i)));
+            let next = p.following();
+            assert!((0..FRAMES).all(|i| next.get(i) == (i + 1 < FRAMES && p.get(i + 1))));
             assert_eq!(p.count(), (0..FRAMES).filter(|&i| p.get(i)).count());
         }
     }
@@ -213,12 +240,18 @@ mod tests {
         assert_eq!(p.next_set(70), None);
         p.fill(0, FRAMES, true);
         assert_eq!(p, Plane::FULL);
-        assert_eq!(p.first_clear(), None);
         p.fill(128, 128, false);
         assert_eq!(p.find_clear_run(7), Some(128));
         assert_eq!(p.find_clear_run(8), None);
         p.put(5, false);
-        assert_eq!(p.first_clear(), Some(5));
+        assert!(!p.get(5));
+        let mut q = Plane::EMPTY;
+        q.fill(3, 4, true);
+        assert!(!p.covers(&q) && Plane::FULL.covers(&q) && q.covers(&Plane::EMPTY));
+        p.set_from(&q);
+        assert!(p.covers(&q) && p.get(5));
+        p.clear_from(&q);
+        assert!(p.all(3, 4, false) && p.get(2) && p.get(7));
         assert!(p.all(128, 128, false) && !p.all(127, 2, false));
     }
 }

@@ -680,26 +680,44 @@ impl<'m> ZoneSet<'m> {
         }
     }
 
-    /// Reverses [`ZoneSet::take`] of `pfn` in zone `i`.
-    pub(crate) fn undo(&mut self, i: usize, pfn: Pfn, hot: &dyn HotFrames) {
-        self.end_take(i, pfn, hot, false);
+    /// Takes the order-0 frames `mask` of the pageblock holding `pfn` in zone `i` for a bulk
+    /// free, all or none, as [`ZoneSet::take`] takes each of them; `false`, with nothing
+    /// changed, unless they are all allocated order-0 frames of a split pageblock (then
+    /// [`ZoneSet::take`] of each says what is wrong, or claims lent frames).
+    pub(crate) fn take_run(&mut self, i: usize, pfn: Pfn, mask: &Plane) -> bool {
+        self.0
+            .get(i)
+            .is_some_and(|z| z.area.bulk_free_run(pfn, mask))
     }
 
-    /// Completes [`ZoneSet::take`] of `pfn` in zone `i`.
-    pub(crate) fn finish(&mut self, i: usize, pfn: Pfn, hot: &dyn HotFrames) {
-        self.end_take(i, pfn, hot, true);
+    /// Reverses [`ZoneSet::take`] (or [`ZoneSet::take_run`]) of the frames `run` of zone `i`,
+    /// all of one pageblock.
+    pub(crate) fn undo(&mut self, i: usize, run: &[Pfn], hot: &dyn HotFrames) {
+        self.end_take(i, run, hot, false);
     }
 
-    /// Ends [`ZoneSet::take`] of `pfn` in zone `i`: completes it if `keep`, else undoes it. A
-    /// frame of a lent pageblock goes through its CPU's claim, any other through the zone.
-    fn end_take(&mut self, i: usize, pfn: Pfn, hot: &dyn HotFrames, keep: bool) {
-        let Some(z) = self.0.get(i) else {
+    /// Completes [`ZoneSet::take`] (or [`ZoneSet::take_run`]) of the frames `run` of zone `i`,
+    /// all of one pageblock.
+    pub(crate) fn finish(&mut self, i: usize, run: &[Pfn], hot: &dyn HotFrames) {
+        self.end_take(i, run, hot, true);
+    }
+
+    /// Ends the take of the frames `run` of zone `i`, all of one pageblock: completes it if
+    /// `keep`, else undoes it. Frames of a lent pageblock go through their CPU's claims, any
+    /// other through the zone, which settles the pageblock once.
+    fn end_take(&mut self, i: usize, run: &[Pfn], hot: &dyn HotFrames, keep: bool) {
+        let (Some(z), Some(&first)) = (self.0.get(i), run.first()) else {
             return;
         };
         let a = &mut z.area;
-        match a.find(pfn, Order::ZERO) {
-            Ok(Found::Hot { r, off }) => {
-                if let Some((cpu, slot)) = a.holder(r) {
+        match a.find(first, Order::ZERO) {
+            Ok(Found::Hot { r, .. }) => {
+                let Some((cpu, slot)) = a.holder(r) else {
+                    return;
+                };
+                let base = a.pb_base(r).get();
+                for pfn in run {
+                    let off = (pfn.get() - base) as usize;
                     if keep {
                         hot.commit(cpu, slot, off);
                     } else {
@@ -707,8 +725,12 @@ impl<'m> ZoneSet<'m> {
                     }
                 }
             }
-            _ if keep => a.resettle(pfn),
-            _ => a.bulk_undo(pfn),
+            _ if keep => a.resettle(first),
+            _ => {
+                for &pfn in run {
+                    a.bulk_undo(pfn);
+                }
+            }
         }
     }
 }

@@ -147,3 +147,99 @@ proptest! {
         check(&m, &live, total);
     }
 }
+
+/// What one entry of a bulk free is, relative to the reference's blocks.
+#[derive(Clone, Copy, Debug)]
+enum Entry {
+    /// A held order-0 frame (the `n`th, wrapping).
+    Held(usize),
+    /// The head of a held block of order 1 or more.
+    Head(usize),
+    /// A frame inside a held block of order 1 or more.
+    Inside(usize),
+    /// The frame right after a held order-0 frame (free, another block, or not the machine's).
+    Next(usize),
+}
+
+fn entry() -> impl Strategy<Value = Entry> {
+    prop_oneof![
+        12 => any::<usize>().prop_map(Entry::Held),
+        1 => any::<usize>().prop_map(Entry::Head),
+        1 => any::<usize>().prop_map(Entry::Inside),
+        1 => any::<usize>().prop_map(Entry::Next),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// A bulk free of held frames with bad entries mixed in (duplicates, heads and insides of
+    /// larger blocks, neighbours): refused at the first entry the sequential rule refuses (the
+    /// first that is not a held order-0 frame not yet freed earlier in the slice), a duplicate
+    /// named as such, with nothing changed; or, with no bad entry, every frame freed.
+    #[test]
+    fn bulk_frees_stop_at_the_first_bad_entry(
+        orders in proptest::collection::vec(prop_oneof![6 => Just(0u8), 1 => 1u8..=4], 1..300),
+        entries in proptest::collection::vec(entry(), 1..200),
+        sorted in any::<bool>(),
+    ) {
+        let w = world();
+        let m = w.spec.boot(&w.mem);
+        let total = free_pages(&m);
+        let mut live: BTreeMap<u64, u8> = BTreeMap::new();
+        for o in orders {
+            if let Some(p) = m.alloc(NodeId::new(0), Order::new(o), AllocFlags::empty()) {
+                live.insert(p.get(), o);
+            }
+        }
+        let singles: Vec<u64> = live.iter().filter(|(_, o)| **o == 0).map(|(p, _)| *p).collect();
+        let larger: Vec<(u64, u8)> = live.iter().filter(|(_, o)| **o > 0).map(|(p, o)| (*p, *o)).collect();
+        let pick = |v: &[u64], n: usize| (!v.is_empty()).then(|| v[n % v.len()]);
+        let mut pfns: Vec<u64> = entries
+            .iter()
+            .filter_map(|e| match *e {
+                Entry::Held(n) => pick(&singles, n),
+                Entry::Head(n) => (!larger.is_empty()).then(|| larger[n % larger.len()].0),
+                Entry::Inside(n) => (!larger.is_empty()).then(|| {
+                    let (p, o) = larger[n % larger.len()];
+                    p + 1 + (n as u64 >> 8) % ((1 << o) - 1)
+                }),
+                Entry::Next(n) => pick(&singles, n).map(|p| p + 1),
+            })
+            .collect();
+        if sorted {
+            // Runs of one pageblock, as a bulk allocation hands them out (duplicates stay).
+            pfns.sort_unstable();
+        }
+        // The oracle: the sequential rule, entry by entry.
+        let mut freed = std::collections::BTreeSet::new();
+        let mut first_bad = None;
+        for (i, p) in pfns.iter().enumerate() {
+            if freed.contains(p) {
+                first_bad = Some((i, true));
+                break;
+            }
+            if live.get(p) != Some(&0) {
+                first_bad = Some((i, false));
+                break;
+            }
+            freed.insert(*p);
+        }
+        let slice: Vec<Pfn> = pfns.iter().map(|p| Pfn::new(*p)).collect();
+        let before = free_pages(&m);
+        match (m.free_bulk(&slice), first_bad) {
+            (Ok(()), None) => {
+                for p in &pfns {
+                    live.remove(p);
+                }
+            }
+            (Err(e), Some((index, duplicate))) => {
+                prop_assert_eq!(e.index, index, "{:?}", e);
+                prop_assert_eq!(matches!(e.error, FreeError::Duplicate { .. }), duplicate, "{:?}", e);
+                prop_assert_eq!(free_pages(&m), before, "a refused bulk free changes nothing");
+            }
+            (got, want) => prop_assert!(false, "free_bulk gave {:?}, the rule {:?}", got, want),
+        }
+        check(&m, &live, total);
+    }
+}

@@ -228,17 +228,20 @@ impl FreeArea {
                     let marked = match h.state {
                         PbState::Free { .. } | PbState::FreeTail if dirty => Plane::EMPTY,
                         PbState::Split if !self.scrub_holds_pb(r) => {
-                            let marked = self.meta.with_planes(r, |alloc, extra| match extra {
-                                // Clear where a free frame is marked dirty.
-                                Some(x) => {
-                                    let mut p = *alloc;
-                                    for (w, x) in p.0.iter_mut().zip(x.0.iter()) {
-                                        *w |= !x;
+                            let marked = self.meta.with_pb(r, |_, alloc, extra| {
+                                let alloc = alloc?;
+                                match extra {
+                                    // Clear where a free frame is marked dirty.
+                                    Some(x) => {
+                                        let mut p = *alloc;
+                                        for (w, x) in p.0.iter_mut().zip(x.0.iter()) {
+                                            *w |= !x;
+                                        }
+                                        Some(p)
                                     }
-                                    Some(p)
+                                    None if dirty => Some(*alloc),
+                                    None => None,
                                 }
-                                None if dirty => Some(*alloc),
-                                None => None,
                             });
                             let Some(marked) = marked.flatten() else {
                                 continue;

@@ -71,6 +71,12 @@ impl FreeArea {
         matches!(self.scrub, Some(Scrubbing { held: Held::Frames { r: h, .. }, .. }) if h == r)
     }
 
+    /// `true` if a scrub holds any of the frames `mask` of pageblock `r`.
+    pub(super) fn scrub_holds_any(&self, r: PbRef, mask: &Plane) -> bool {
+        matches!(self.scrub, Some(Scrubbing { held: Held::Frames { r: h, taken }, .. })
+            if h == r && taken.0.iter().zip(mask.0.iter()).any(|(t, m)| t & m != 0))
+    }
+
     /// `true` if a scrub holds frame `off` of pageblock `r`.
     pub(super) fn scrub_holds(&self, r: PbRef, off: usize) -> bool {
         matches!(self.scrub, Some(Scrubbing { held: Held::Frames { r: h, taken }, .. })

@@ -254,43 +254,50 @@ impl FreeArea {
                     break;
                 }
             };
-            let base = self.pb_base(r);
-            let flag_dirty = self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY != 0);
-            let got = self.tracking(r, |a| {
-                let got = a
-                    .meta
-                    .update_planes(r, |alloc, mut extra| {
-                        let mut got = 0;
-                        while front + back < len {
-                            let Some(i) = alloc.first_clear() else {
-                                break;
-                            };
-                            let dirty = extra.as_deref().map_or(flag_dirty, |x| x.get(i));
-                            alloc.put(i, true);
-                            if let Some(x) = extra.as_deref_mut() {
-                                x.put(i, true);
-                            }
-                            let pfn = Pfn::new(base.get() + i as u64);
-                            if zero && dirty {
-                                back += 1;
-                                out[len - back] = pfn;
-                            } else {
-                                out[front] = pfn;
-                                front += 1;
-                            }
-                            got += 1;
+            let base = self.pb_base(r).get();
+            // One lookup for the header and planes; every free frame, word by word.
+            let taken = self.meta.with_pb_mut(r, |h, alloc, mut extra| {
+                let alloc = alloc?;
+                let before = split_dirty(h, Some(alloc), extra.as_deref());
+                let flag_dirty = h.flags & flag::DIRTY != 0;
+                let mut got = 0u16;
+                for w in 0..alloc.0.len() {
+                    let mut free = !alloc.0[w];
+                    let mut took = 0u64;
+                    while free != 0 && front + back < len {
+                        let bit = free.trailing_zeros();
+                        free &= free - 1;
+                        took |= 1 << bit;
+                        let i = w * 64 + bit as usize;
+                        let dirty = extra.as_deref().map_or(flag_dirty, |x| x.get(i));
+                        let pfn = Pfn::new(base + i as u64);
+                        if zero && dirty {
+                            back += 1;
+                            out[len - back] = pfn;
+                        } else {
+                            out[front] = pfn;
+                            front += 1;
                         }
-                        got
-                    })
-                    .unwrap_or(0);
-                a.meta.update_pb(r, |h| {
-                    h.free -= got as u16;
-                    h.flags &= !flag::REPORTED;
-                });
-                got
+                    }
+                    alloc.0[w] |= took;
+                    if let Some(x) = extra.as_deref_mut() {
+                        // Each frame heads its own block.
+                        x.0[w] |= took;
+                    }
+                    got += took.count_ones() as u16;
+                }
+                h.free -= got;
+                h.flags &= !flag::REPORTED;
+                let after = split_dirty(h, Some(alloc), extra.as_deref());
+                Some((got, before, after, h.class, h.free))
             });
-            self.free_pages -= got as u64;
-            self.settle(r);
+            let Some(Some((got, before, after, class, free))) = taken else {
+                self.settle(r);
+                break;
+            };
+            self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
+            self.free_pages -= u64::from(got);
+            self.settle_as(r, class, free);
         }
         if back > 0 && front + back < len {
             out.copy_within(len - back..len, front);
@@ -638,6 +645,55 @@ impl FreeArea {
             });
         });
         self.free_pages += 1;
+    }
+
+    /// Frees the order-0 frames `mask` of the split pageblock holding `pfn` for a bulk free,
+    /// all or none: `false`, with nothing changed, unless each is an allocated order-0 block
+    /// no scrub holds. Like [`FreeArea::bulk_free`] frame by frame, in one look at the planes.
+    pub(crate) fn bulk_free_run(&mut self, pfn: Pfn, mask: &Plane) -> bool {
+        let Some(r) = self.pb_ref(pfn) else {
+            return false;
+        };
+        if self.scrub_holds_any(r, mask) {
+            return false;
+        }
+        let singles = self.meta.with_pb(r, |h, alloc, extra| {
+            h.state == PbState::Split
+                && alloc.is_some_and(|a| {
+                    a.covers(mask)
+                        && extra.is_none_or(|x| {
+                            // Each heads a block (its extra bit) that ends at the next frame: a
+                            // free frame, another head, or the pageblock's end.
+                            let mut ends = a.following();
+                            for (e, n) in ends.0.iter_mut().zip(x.following().0) {
+                                *e = !*e | n;
+                            }
+                            x.covers(mask) && ends.covers(mask)
+                        })
+                })
+        });
+        if singles != Some(true) {
+            return false;
+        }
+        self.keep_clean_apart(r);
+        let n = mask.count();
+        let counts = self.meta.with_pb_mut(r, |h, mut alloc, mut extra| {
+            let before = split_dirty(h, alloc.as_deref(), extra.as_deref());
+            if let Some(a) = alloc.as_deref_mut() {
+                a.clear_from(mask);
+            }
+            if let Some(x) = extra.as_deref_mut() {
+                x.set_from(mask);
+            }
+            h.free += n as u16;
+            h.flags |= flag::DIRTY;
+            (before, split_dirty(h, alloc.as_deref(), extra.as_deref()))
+        });
+        if let Some((before, after)) = counts {
+            self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
+            self.free_pages += n as u64;
+        }
+        true
     }
 
     /// Undoes [`FreeArea::bulk_free`] of the frame at `pfn` (nothing else touched it: the zone's
