@@ -164,6 +164,58 @@ impl Plane {
     }
 }
 
+/// A set of 512 bucket numbers with a summary of its non-empty words: the occupancy masks an
+/// allocation searches for its fullest bucket, where [`Plane::next_set`] would look at each
+/// empty word in turn. `next_set` reads at most two words and the summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Occupancy {
+    bits: Plane,
+    /// Bit `w` set while word `w` of `bits` is not zero.
+    words: u8,
+}
+
+impl Occupancy {
+    /// No bucket.
+    pub(crate) const EMPTY: Occupancy = Occupancy {
+        bits: Plane::EMPTY,
+        words: 0,
+    };
+
+    /// Bucket `i`.
+    pub(crate) fn get(&self, i: usize) -> bool {
+        self.bits.get(i)
+    }
+
+    /// Adds (`on`) or removes bucket `i`.
+    pub(crate) fn put(&mut self, i: usize, on: bool) {
+        self.bits.put(i, on);
+        let w = i / 64;
+        if self.bits.0[w] != 0 {
+            self.words |= 1 << w;
+        } else {
+            self.words &= !(1 << w);
+        }
+    }
+
+    /// The first bucket at or after `from`, if any.
+    pub(crate) fn next_set(&self, from: usize) -> Option<usize> {
+        if from >= FRAMES {
+            return None;
+        }
+        let w = from / 64;
+        let word = self.bits.0[w] & (!0u64 << (from % 64));
+        if word != 0 {
+            return Some(w * 64 + word.trailing_zeros() as usize);
+        }
+        let above = u32::from(self.words) & !((2u32 << w) - 1);
+        if above == 0 {
+            return None;
+        }
+        let w = above.trailing_zeros() as usize;
+        Some(w * 64 + self.bits.0[w].trailing_zeros() as usize)
+    }
+}
+
 /// Bits `0, len, 2·len, …` of a word, for runs of `len = 2^order` bits (order below 6): where
 /// an aligned run of that length may start.
 const STRIDE: [u64; 6] = {
@@ -227,6 +279,26 @@ mod tests {
             let next = p.following();
             assert!((0..FRAMES).all(|i| next.get(i) == (i + 1 < FRAMES && p.get(i + 1))));
             assert_eq!(p.count(), (0..FRAMES).filter(|&i| p.get(i)).count());
+        }
+    }
+
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "safe bit arithmetic over many random sets: the release-checked run covers it"
+    )]
+    fn occupancy_finds_what_a_plane_finds() {
+        let mut rng = numaframe_testkit_base::Rng::new(0x2545_f491_4f6c_dd1d);
+        let (mut o, mut p) = (Occupancy::EMPTY, Plane::EMPTY);
+        for step in 0..20_000 {
+            // Sparse sets, dense ones, and every word emptied again on the way.
+            let i = (rng.next_u64() % FRAMES as u64) as usize;
+            let on = rng.next_u64() % 4 < if step % 5000 < 2500 { 1 } else { 3 };
+            o.put(i, on);
+            p.put(i, on);
+            let from = (rng.next_u64() % (FRAMES as u64 + 2)) as usize;
+            assert_eq!(o.next_set(from), p.next_set(from), "{p:?} from {from}");
+            assert_eq!(o.get(i), p.get(i));
         }
     }
 

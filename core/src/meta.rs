@@ -1358,8 +1358,8 @@ impl ZoneMeta {
             return None;
         }
         let (s, i) = span.locate_pb(r.index);
-        // Only the array's pointer and length: a lookup that copied the whole cell (section and
-        // array handle, about a hundred bytes) on every header access dominated the zone path.
+        // Only the array's pointer and length, not the whole cell: every header access comes
+        // through here.
         // SAFETY: as in `section_cell_copy`.
         let (ptr, len) = self
             .section_cell(SecRef {

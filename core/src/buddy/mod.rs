@@ -27,7 +27,7 @@ pub(crate) use hot::{HotFrames, LEND_MIN, Lent};
 use core::ptr::NonNull;
 
 use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
-use crate::bitmap::{FRAMES, Plane};
+use crate::bitmap::{FRAMES, Occupancy, Plane};
 use crate::error::FreeError;
 use crate::meta::{
     Class, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, SecRef, Section,
@@ -47,7 +47,7 @@ const BIG: usize = (MAX_ORDER as usize) - PB_SHIFT as usize + 1;
 #[derive(Debug)]
 struct Buckets {
     heads: [u32; FRAMES],
-    nonempty: Plane,
+    nonempty: Occupancy,
 }
 
 /// Fullness bands of split sections: band 0 for most, band 1 for *emptying* ones, those with
@@ -64,13 +64,13 @@ const EMPTYING: u16 = 384;
 #[derive(Debug)]
 struct PbBuckets {
     heads: [u32; BANDS * FRAMES],
-    nonempty: [Plane; BANDS],
+    nonempty: [Occupancy; BANDS],
 }
 
 impl PbBuckets {
     const EMPTY: PbBuckets = PbBuckets {
         heads: [NIL; BANDS * FRAMES],
-        nonempty: [Plane::EMPTY; BANDS],
+        nonempty: [Occupancy::EMPTY; BANDS],
     };
 }
 
@@ -205,7 +205,7 @@ impl FreeArea {
             whole: NIL,
             sections: core::array::from_fn(|_| Buckets {
                 heads: [NIL; FRAMES],
-                nonempty: Plane::EMPTY,
+                nonempty: Occupancy::EMPTY,
             }),
             counts: [0; BIG],
             buckets: [PbBuckets::EMPTY, PbBuckets::EMPTY],
@@ -882,9 +882,13 @@ impl FreeArea {
     /// small frames then gather in few sections, and the sections of whole blocks (a guest's
     /// memory) become whole again when those are freed.
     fn take_big(&mut self, order: u8, sets: [usize; 2]) -> Result<Big, NoBlock> {
-        let found = self
-            .fullest_section(sets[0], order)
-            .or_else(|| self.fullest_section(sets[1], order));
+        // No split section holds a whole free section: those are on the zone's own list.
+        let found = (order < MAX_ORDER)
+            .then(|| {
+                self.fullest_section(sets[0], order)
+                    .or_else(|| self.fullest_section(sets[1], order))
+            })
+            .flatten();
         let (r, mut k) = match found {
             Some((r, k)) => {
                 self.unlink_big(Big::Pb(r), k);

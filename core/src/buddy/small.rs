@@ -311,6 +311,11 @@ impl FreeArea {
     /// one in an emptying section; else the spare, or a claimed pageblock (of a band-0 section
     /// if one has a free pageblock).
     pub(super) fn pick(&mut self, order: u8, class: Class) -> Result<PbRef, NoBlock> {
+        if order == 0
+            && let Some(r) = self.pick_single(class)
+        {
+            return Ok(r);
+        }
         if let Some(r) = self.pick_bucket(order, class, 0) {
             self.bucket_remove(r);
             return Ok(r);
@@ -340,6 +345,30 @@ impl FreeArea {
             return Ok(r);
         }
         Err(NoBlock::Empty)
+    }
+
+    /// The common cases of [`FreeArea::pick`] for one frame, with one look at the header: the
+    /// first pageblock of `class`'s fullest band-0 bucket, out of it, if the general walk would
+    /// take it too; else `None`. The walk takes it if the bucket is up to date for it; or if
+    /// frees since left it with more free frames but it is alone in its bucket and no bucket
+    /// lies between its old count and its new one: the walk would move it to the head of the
+    /// bucket of its new count and find it there first (a pageblock's count is never below
+    /// its bucket's, so none in a later bucket is fuller).
+    fn pick_single(&mut self, class: Class) -> Option<PbRef> {
+        let bucket = &self.buckets[class.index()];
+        let b = bucket.nonempty[0].next_set(1)?;
+        let r = PbRef::unpack(bucket.heads[b])?;
+        let h = self.meta.pb(r)?;
+        let free = usize::from(h.free);
+        let takes = free == b
+            || (free > b
+                && h.next == NIL
+                && bucket.nonempty[0].next_set(b + 1).is_none_or(|n| n >= free));
+        if !takes || self.band(r) != 0 {
+            return None;
+        }
+        self.bucket_remove_as(r, &h);
+        Some(r)
     }
 
     /// The fullest pageblock of `class` with at least `min_free` free frames, out of its bucket,
@@ -584,12 +613,9 @@ impl FreeArea {
     /// [`FreeArea::find`]); its frames become free, and dirty unless the caller cleared them.
     /// Without an extra plane, clean frames freed into a dirty pageblock count as dirty.
     pub(crate) fn free_small(&mut self, r: PbRef, off: usize, order: u8, dirty: bool) {
-        if dirty {
-            self.keep_clean_apart(r);
-        }
         let len = 1usize << order;
-        let Some((h, was_full, before, after)) =
-            self.meta.with_pb_mut(r, |h, mut alloc, mut extra| {
+        let free =
+            |h: &mut PbHeader, mut alloc: Option<&mut Plane>, mut extra: Option<&mut Plane>| {
                 let was_full = h.free == 0;
                 let before = split_dirty(h, alloc.as_deref(), extra.as_deref());
                 if let Some(a) = alloc.as_deref_mut() {
@@ -605,8 +631,22 @@ impl FreeArea {
                 }
                 let after = split_dirty(h, alloc.as_deref(), extra.as_deref());
                 (*h, was_full, before, after)
-            })
-        else {
+            };
+        // A dirty free into a clean pageblock without an extra plane first gives it one (see
+        // `keep_clean_apart`); otherwise one lookup does it all.
+        let first = self.meta.with_pb_mut(r, |h, alloc, extra| {
+            let wants_extra = dirty && h.flags & flag::DIRTY == 0 && extra.is_none();
+            (!wants_extra).then(|| free(h, alloc, extra))
+        });
+        let done = match first {
+            Some(Some(done)) => Some(done),
+            Some(None) => {
+                self.keep_clean_apart(r);
+                self.meta.with_pb_mut(r, free)
+            }
+            None => None,
+        };
+        let Some((h, was_full, before, after)) = done else {
             return;
         };
         self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
@@ -758,6 +798,11 @@ impl FreeArea {
                     allocated: Order::new(o),
                 });
             }
+            // What `find` found is what `free_whole` would look up again.
+            Found::Whole {
+                order: o,
+                what: Use::Normal,
+            } if o == order.get() => self.free_big(pfn, o, dirty),
             Found::Whole { order: o, what } => {
                 self.free_whole(pfn, order.get(), Use::Normal, dirty)
                     .map_err(|e| match (e, what) {
