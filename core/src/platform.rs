@@ -176,7 +176,8 @@ impl Mapped {
 }
 
 /// A cursor that carves typed tables off the end of one physical range (Linux's memblock, for
-/// the few tables that exist once per machine).
+/// the tables a machine makes once at boot: its machine-wide tables, each node's own, each
+/// CPU's own).
 pub(crate) struct BootCarve<'a> {
     base: NonNull<u8>,
     /// Bytes still free at the start of the mapped region.
@@ -202,22 +203,49 @@ impl<'a> BootCarve<'a> {
         n: usize,
         mut init: impl FnMut(usize) -> T,
     ) -> Option<&'a mut [T]> {
+        self.try_slice(n, |i| Ok::<T, ()>(init(i)))?.ok()
+    }
+
+    /// Carves one value made by `init`. `None` if the range is too small.
+    pub(crate) fn one<T>(&mut self, init: impl FnOnce() -> T) -> Option<&'a mut T> {
+        let mut init = Some(init);
+        // `try_slice` calls its closure exactly once for one element.
+        let s = self
+            .try_slice(1, |_| init.take().map(|f| f()).ok_or(()))?
+            .ok()?;
+        s.first_mut()
+    }
+
+    /// Carves a slice of `n` values, each made by `init(i)`, stopping at the first error, which
+    /// it returns inside `Some`. `None` if the range is too small (then `init` never ran). The
+    /// values made before an error stay in the region, never dropped (the caller gives up the
+    /// whole region then).
+    pub(crate) fn try_slice<T, E>(
+        &mut self,
+        n: usize,
+        mut init: impl FnMut(usize) -> Result<T, E>,
+    ) -> Option<Result<&'a mut [T], E>> {
         let bytes = size_of::<T>().checked_mul(n)?;
         let end = self.left.checked_sub(bytes)?;
         let start = end & !(align_of::<T>() - 1);
         // SAFETY: `start <= self.left`, which is within the mapped region.
         let ptr = unsafe { self.base.as_ptr().add(start) }.cast::<T>();
+        self.left = start;
         for i in 0..n {
+            let v = match init(i) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(e)),
+            };
             // SAFETY:
             // 1. `ptr.add(i)` lies in `start..start + bytes`, inside the region (`start + bytes <= left`);
             // 2. it is aligned: the region is page aligned and `start` is rounded down to `T`'s alignment;
-            // 3. the bytes are ours alone: PhysMemory's contract, and this cursor never hands them out twice.
-            unsafe { ptr.add(i).write(init(i)) };
+            // 3. the bytes are ours alone: PhysMemory's contract, and this cursor moved past them
+            //    before `init` ran, so it never hands them out twice.
+            unsafe { ptr.add(i).write(v) };
         }
-        self.left = start;
         // SAFETY: all `n` elements were initialised above, the memory is valid for `'a` by
         // PhysMemory's contract, and no other reference to it exists (the cursor moved past it).
-        Some(unsafe { core::slice::from_raw_parts_mut(ptr, n) })
+        Some(Ok(unsafe { core::slice::from_raw_parts_mut(ptr, n) }))
     }
 }
 
