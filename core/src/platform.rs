@@ -206,14 +206,15 @@ impl<'a> BootCarve<'a> {
         self.try_slice(n, |i| Ok::<T, ()>(init(i)))?.ok()
     }
 
-    /// Carves one value made by `init`. `None` if the range is too small.
+    /// Carves one value made by `init`. `None` if the range is too small (then `init` never
+    /// ran).
     pub(crate) fn one<T>(&mut self, init: impl FnOnce() -> T) -> Option<&'a mut T> {
-        let mut init = Some(init);
-        // `try_slice` calls its closure exactly once for one element.
-        let s = self
-            .try_slice(1, |_| init.take().map(|f| f()).ok_or(()))?
-            .ok()?;
-        s.first_mut()
+        let ptr = self.reserve::<T>(1)?;
+        // SAFETY: `reserve` gave room for one `T` at `ptr`, aligned, in the region, ours alone.
+        unsafe { ptr.write(init()) };
+        // SAFETY: initialised above; valid for `'a` by PhysMemory's contract, and no other
+        // reference to it exists (the cursor moved past it).
+        Some(unsafe { &mut *ptr })
     }
 
     /// Carves a slice of `n` values, each made by `init(i)`, stopping at the first error, which
@@ -225,27 +226,32 @@ impl<'a> BootCarve<'a> {
         n: usize,
         mut init: impl FnMut(usize) -> Result<T, E>,
     ) -> Option<Result<&'a mut [T], E>> {
-        let bytes = size_of::<T>().checked_mul(n)?;
-        let end = self.left.checked_sub(bytes)?;
-        let start = end & !(align_of::<T>() - 1);
-        // SAFETY: `start <= self.left`, which is within the mapped region.
-        let ptr = unsafe { self.base.as_ptr().add(start) }.cast::<T>();
-        self.left = start;
+        let ptr = self.reserve::<T>(n)?;
         for i in 0..n {
             let v = match init(i) {
                 Ok(v) => v,
                 Err(e) => return Some(Err(e)),
             };
-            // SAFETY:
-            // 1. `ptr.add(i)` lies in `start..start + bytes`, inside the region (`start + bytes <= left`);
-            // 2. it is aligned: the region is page aligned and `start` is rounded down to `T`'s alignment;
-            // 3. the bytes are ours alone: PhysMemory's contract, and this cursor moved past them
-            //    before `init` ran, so it never hands them out twice.
+            // SAFETY: `reserve` gave room for `n` values of `T` from `ptr`, aligned, in the
+            // region, ours alone; `i < n`.
             unsafe { ptr.add(i).write(v) };
         }
         // SAFETY: all `n` elements were initialised above, the memory is valid for `'a` by
         // PhysMemory's contract, and no other reference to it exists (the cursor moved past it).
         Some(Ok(unsafe { core::slice::from_raw_parts_mut(ptr, n) }))
+    }
+
+    /// Moves the cursor past room for `n` values of `T` and returns where they go: `None` if
+    /// the range is too small. The room lies inside the mapped region, aligned for `T` (the
+    /// region is page aligned and the start is rounded down to `T`'s alignment), and is never
+    /// handed out again (PhysMemory's contract makes the bytes ours alone).
+    fn reserve<T>(&mut self, n: usize) -> Option<*mut T> {
+        let bytes = size_of::<T>().checked_mul(n)?;
+        let end = self.left.checked_sub(bytes)?;
+        let start = end & !(align_of::<T>() - 1);
+        self.left = start;
+        // SAFETY: `start <= self.left`, which is within the mapped region.
+        Some(unsafe { self.base.as_ptr().add(start) }.cast::<T>())
     }
 }
 
