@@ -125,6 +125,9 @@ pub(super) struct NodeTables {
     piece: PhysRange,
     /// `cut..piece.end()` holds the tables carved from this node.
     cut: Pfn,
+    /// The node that took the cache of this node's last CPU. Rooms only shrink, so every node
+    /// nearer than it still lacks room for one: while it has room, it is still the nearest.
+    cpus_host: Option<NodeId>,
 }
 
 impl NodeTables {
@@ -174,7 +177,8 @@ struct Rooms<'t, 'a> {
 impl<'a> Rooms<'_, 'a> {
     /// The node whose memory serves tables for `node`: `node` itself if its room holds
     /// `frames` more, else the nearest node whose room does (by distance from `node`, ties to
-    /// the lower id: Linux's rule for a memoryless node, `numa_mem_id`).
+    /// the lower id: Linux's rule for a memoryless node, `numa_mem_id`). O(1) at home, O(nodes)
+    /// away from it.
     fn host(&self, node: NodeId, frames: u64) -> Option<NodeId> {
         let fits = |h: NodeId| self.nodes[h.index()].fits(frames);
         if fits(node) {
@@ -186,8 +190,8 @@ impl<'a> Rooms<'_, 'a> {
             .min_by_key(|&h| (self.topo.distance(node, h), h))
     }
 
-    /// Takes `frames` frames for tables of `node` from its host and maps them for carving.
-    fn take(
+    /// Takes `frames` frames for `node`'s own tables from its host and maps them for carving.
+    fn take_node(
         &mut self,
         node: NodeId,
         frames: u64,
@@ -195,6 +199,34 @@ impl<'a> Rooms<'_, 'a> {
         let host = self
             .host(node, frames)
             .ok_or(BootError::NoRoomForTables { node, frames })?;
+        self.take_from(host, frames)
+    }
+
+    /// Takes `frames` frames for the cache of a CPU on `node` from its host and maps them for
+    /// carving. Every CPU takes as many, so the host of the node's previous CPU, while it has
+    /// room, needs no search.
+    fn take_cpu(
+        &mut self,
+        node: NodeId,
+        frames: u64,
+    ) -> Result<(TablePlace, BootCarve<'a>), BootError> {
+        let last = self.nodes[node.index()].cpus_host;
+        let host = match last.filter(|h| self.nodes[h.index()].fits(frames)) {
+            Some(h) => h,
+            None => self
+                .host(node, frames)
+                .ok_or(BootError::NoRoomForTables { node, frames })?,
+        };
+        self.nodes[node.index()].cpus_host = Some(host);
+        self.take_from(host, frames)
+    }
+
+    /// Takes `frames` frames off the end of `host`'s room (which holds them) and maps them.
+    fn take_from(
+        &mut self,
+        host: NodeId,
+        frames: u64,
+    ) -> Result<(TablePlace, BootCarve<'a>), BootError> {
         let room = &mut self.nodes[host.index()];
         let start = Pfn::new(room.cut.get() - frames);
         let range = PhysRange::new(start, room.cut).ok_or(BootError::NoBootMemory)?;
@@ -214,15 +246,18 @@ impl<'a> Machine<'a> {
     /// Boots the allocator over `ranges`, reaching its metadata through `mem`.
     ///
     /// Costs O(nodes² log nodes) for the zonelists plus O(max-order blocks) for the memory:
-    /// only the heads of free blocks get metadata written.
+    /// only the heads of free blocks get metadata written. Placing the tables costs O(1) for
+    /// each node or CPU served at home, O(nodes) for each node served elsewhere, and for the
+    /// CPUs of such a node each time the node serving them runs out of room.
     ///
     /// Tables go where their users are, as Linux places each node's `pglist_data` and each
     /// CPU's per-CPU area. Each node's own tables (its zones, numastat and fallback order) come
-    /// off the end of its largest range, each CPU's cache (state arrays and numastat lines
-    /// included) off its node's; a node without memory, or one with no room left, is served
-    /// by the nearest node that has room (by distance, ties to the lower id). The machine-wide
-    /// tables (the span index, the references to every node's and CPU's tables, the fallback
-    /// lengths) come off the end of the first range with room for them.
+    /// off the end of its largest piece of memory (ranges are cut in two at 4 GiB; ties go to
+    /// the higher piece), each CPU's cache (state arrays and numastat lines included) off its
+    /// node's; a node without memory, or one with no room left, is served by the nearest node
+    /// that has room (by distance from it, ties to the lower id). The machine-wide tables (the
+    /// span index, the references to every node's and CPU's tables, the fallback lengths) come
+    /// off the end of the first range with room for them, before any other.
     /// [`Machine::node_tables`], [`Machine::cpu_tables`] and [`Machine::machine_tables`] say
     /// where each went. Their frames never reach a zone: a free of one is
     /// [`FreeError::Foreign`](crate::FreeError::Foreign), and a hot-add over them is refused.
@@ -317,7 +352,7 @@ impl<'a> Machine<'a> {
         let nodes = carve
             .try_slice(n, |i| {
                 let id = NodeId::new(i);
-                let (place, mut unit) = rooms.take(id, nf)?;
+                let (place, mut unit) = rooms.take_node(id, nf)?;
                 rooms.nodes[i].own = place;
                 rows[i] = unit.slice(n, |_| NodeId::default()).ok_or(oom)?;
                 published_rows[i] = unit.slice(n, |_| AtomicU16::new(0)).ok_or(oom)?;
@@ -328,7 +363,7 @@ impl<'a> Machine<'a> {
         let cpus = carve
             .try_slice(ncpu, |i| {
                 let node = opts.cpus[i];
-                let (place, mut unit) = rooms.take(node, cf)?;
+                let (place, mut unit) = rooms.take_cpu(node, cf)?;
                 cpu_places[i] = place;
                 let states = unit.slice(SLOTS, |_| SlotStates::new()).ok_or(oom)?;
                 let events = unit.slice(lines, |_| EventLines::ZERO).ok_or(oom)?;
@@ -400,5 +435,64 @@ impl<'a> Machine<'a> {
             machine.commit(&mut staged, opts.fallback, []);
         }
         Ok(machine)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{SparseMem, n};
+    use crate::topology::NodeInfo;
+
+    fn range(start: u64, end: u64) -> PhysRange {
+        PhysRange::new(Pfn::new(start), Pfn::new(end)).unwrap()
+    }
+
+    /// CPUs of nodes with and without memory take their caches as rooms fill up: the host the
+    /// remembered one gives is the one the rule finds by a fresh search, every time, until no
+    /// node has room and the error names the CPU's node.
+    #[test]
+    fn cpu_hosts_follow_the_rule_as_rooms_fill() {
+        // Nodes 0 and 1 have memory; node 2 (nearest: 1, then 0) and node 3 (nearest: 0) do
+        // not.
+        #[rustfmt::skip]
+        let distances = [
+            10, 20, 20, 30,
+            20, 10, 15, 25,
+            20, 15, 10, 25,
+            30, 25, 25, 10,
+        ];
+        let infos: [NodeInfo; 4] = core::array::from_fn(|i| NodeInfo {
+            has_cpus: true,
+            has_memory: i < 2,
+            ..NodeInfo::default()
+        });
+        let topo = Topology::new(&distances, &infos).unwrap();
+        let mem = SparseMem::default();
+        let mut nodes = [NodeTables::default(); 4];
+        nodes[0].offer(range(0, 40));
+        nodes[1].offer(range(1000, 1010));
+        let mut rooms = Rooms {
+            topo: &topo,
+            nodes: &mut nodes,
+            mem: &mem,
+        };
+        let mut hosts = [0usize; 4];
+        for k in 0..40 {
+            let node = n([2, 3, 1, 2][k % 4]);
+            let want = rooms.host(node, 3);
+            match rooms.take_cpu(node, 3) {
+                Ok((place, _)) => {
+                    assert_eq!(Some(place.host), want, "CPU {k} on {node}");
+                    hosts[place.host.index()] += 1;
+                }
+                Err(e) => {
+                    assert_eq!(want, None, "CPU {k} on {node}");
+                    assert_eq!(e, BootError::NoRoomForTables { node, frames: 3 });
+                }
+            }
+        }
+        // Node 1 kept one of its 10 frames and node 0 one of its 40.
+        assert_eq!(hosts, [13, 3, 0, 0]);
     }
 }
