@@ -107,6 +107,7 @@ pub struct MemoryRange {
 
 /// Where boot carved one set of the allocator's tables: see [`Machine::boot`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct TablePlace {
     /// The node whose memory holds them.
     pub host: NodeId,
