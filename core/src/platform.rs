@@ -2,7 +2,8 @@
 //!
 //! The core never assumes how the platform maps physical memory. It asks a [`PhysMemory`] for a
 //! pointer to a physical range, and only ever for ranges it keeps for its own tables: the
-//! machine-wide tables and each span's section table carved at boot and hot-add, and, at run
+//! tables carved at boot (the machine-wide ones, each node's and each CPU's, one range each)
+//! and each span's section table carved at boot and hot-add, and, at run
 //! time, the few frames at a time it takes from its own free memory for pageblock metadata
 //! (always with no allocator lock held), which it unmaps before it gives them back. It never
 //! asks for a frame it hands out, and never reads or writes the contents of a free frame.

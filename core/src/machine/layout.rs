@@ -3,12 +3,14 @@
 //!
 //! Allocations and frees read them on every call, so reads take no lock and write nothing:
 //! the published copy lives in atomics under a [`SeqCount`], and a reader that overlapped a
-//! publication reads again. Each node's fallback order, staged and published, is a row of its
-//! own that boot carved from the node's memory (a memoryless node's from its nearest node with
-//! memory); the rest is machine-wide. Writers (boot and `hot_add`) hold the hotplug lock, which guards a
+//! publication reads again. Writers (boot and `hot_add`) hold the hotplug lock, which guards a
 //! plain staging copy they change at leisure; [`Layout::publish`] copies it into the atomics in
 //! one short publication. So a writer never waits for readers (no reader holds anything), and
 //! nothing an allocation does can deadlock against a hot-add.
+//!
+//! Each node's fallback order, staged and published, is a row of its own that boot carved from
+//! the node's memory (a memoryless node's from its nearest node with memory), so a machine of
+//! many small nodes needs no node with room for all of them; the rest is machine-wide.
 #![deny(unsafe_code)]
 
 use crate::addr::{Pfn, PhysRange};
