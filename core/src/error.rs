@@ -52,6 +52,14 @@ pub enum BootError {
     },
     /// No node has room for the machine-wide tables.
     NoBootMemory,
+    /// A node's own tables (its zones and fallback order), or the cache of a CPU on it, need
+    /// `frames` frames, and no node with memory has that many left for them.
+    NoRoomForTables {
+        /// The node (the CPU's node, for a CPU's cache).
+        node: NodeId,
+        /// The frames the tables need.
+        frames: u64,
+    },
 }
 
 impl_error!(
@@ -72,6 +80,10 @@ impl_error!(
         BootError::MapFailed { start } =>
             write!(f, "platform could not map metadata at pfn {start}"),
         BootError::NoBootMemory => write!(f, "no node has room for the allocator's tables"),
+        BootError::NoRoomForTables { node, frames } => write!(
+            f,
+            "no node with memory has {frames} frames left for the tables of node {node}"
+        ),
     }
 );
 

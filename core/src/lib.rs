@@ -90,13 +90,13 @@ pub use buddy::{PageblockCounts, PageblockInfo, PageblockKind};
 pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
 pub use machine::{
-    AllocFlags, BootOptions, CpuHandle, Machine, MemoryRange, REPORT_CAPACITY, Reported,
+    AllocFlags, BootOptions, CpuHandle, Machine, MemoryRange, REPORT_CAPACITY, Reported, TablePlace,
 };
 #[cfg(feature = "poison")]
 pub use machine::{POISON_BYTE, WriteAfterFree};
 pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;
-pub use node::{HugeCounts, Node, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};
+pub use node::{HugeCounts, Node, Nodes, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};
 pub use percpu::{CpuId, PcpConfig};
 pub use platform::{FrameClearer, InstallHook, PhysMemory};
 pub use stats::NumaStat;

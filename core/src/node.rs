@@ -615,7 +615,7 @@ impl Zone {
 
 /// The zones of a machine as a family of locks: zone `2 · node + kind`.
 #[derive(Debug)]
-pub(crate) struct ZoneFamily<'m>(pub(crate) &'m [Node]);
+pub(crate) struct ZoneFamily<'m>(pub(crate) Nodes<'m>);
 
 impl LockFamily for ZoneFamily<'_> {
     type Inner = ZoneInner;
@@ -774,6 +774,77 @@ pub struct Node {
     hints: [ZonelistHint; NR_ORDERS],
 }
 
+/// The nodes of a machine, by id: each [`Node`] lives in its own node's memory (a memoryless
+/// node's in its nearest node's), so the machine reaches them through a table of references,
+/// as Linux reaches each node's `pglist_data` through `NODE_DATA(nid)`.
+#[derive(Clone, Copy)]
+pub struct Nodes<'a>(&'a [&'a Node]);
+
+impl<'a> Nodes<'a> {
+    /// The nodes of `refs`, node `i` at index `i`.
+    pub(crate) fn new(refs: &'a [&'a Node]) -> Self {
+        Self(refs)
+    }
+
+    /// Number of nodes.
+    pub fn len(self) -> usize {
+        self.0.len()
+    }
+
+    /// `true` if there is no node (never, in a booted machine).
+    pub fn is_empty(self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Node `index`, or `None` past the last node.
+    #[inline]
+    pub fn get(self, index: usize) -> Option<&'a Node> {
+        self.0.get(index).copied()
+    }
+
+    /// The nodes, ascending by id.
+    pub fn iter(self) -> core::iter::Copied<core::slice::Iter<'a, &'a Node>> {
+        self.0.iter().copied()
+    }
+}
+
+impl core::ops::Index<usize> for Nodes<'_> {
+    type Output = Node;
+
+    /// Node `index`.
+    ///
+    /// # Panics
+    /// If `index` is past the last node, as a slice index does.
+    #[inline]
+    fn index(&self, index: usize) -> &Node {
+        self.0[index]
+    }
+}
+
+impl<'a> IntoIterator for Nodes<'a> {
+    type Item = &'a Node;
+    type IntoIter = core::iter::Copied<core::slice::Iter<'a, &'a Node>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<'a> IntoIterator for &Nodes<'a> {
+    type Item = &'a Node;
+    type IntoIter = core::iter::Copied<core::slice::Iter<'a, &'a Node>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl core::fmt::Debug for Nodes<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// How many allocations a hint may skip for before a full walk revalidates it: the bound on how
 /// long a nearer zone that got memory back can be passed over.
 pub const HINT_BUDGET: u32 = 256;
@@ -826,7 +897,7 @@ impl ZonelistHint {
 
 /// Counts `numa_foreign` on `preferred` for `n` allocations that landed on `got` instead: the
 /// one numastat event of the node path in a shared counter, and only when it falls back.
-pub(crate) fn count_foreign(nodes: &[Node], preferred: NodeId, got: NodeId, n: u64) {
+pub(crate) fn count_foreign(nodes: Nodes<'_>, preferred: NodeId, got: NodeId, n: u64) {
     if got != preferred
         && let Some(p) = nodes.get(preferred.index())
     {

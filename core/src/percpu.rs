@@ -53,7 +53,7 @@ use crate::bitmap::{FRAMES, Plane};
 use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
 use crate::error::{ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
-use crate::node::{Mark, Node, Refused, Zone, ZoneKind, count_foreign};
+use crate::node::{Mark, Node, Nodes, Refused, Zone, ZoneKind, count_foreign};
 use crate::platform::Poison;
 use crate::stats::{Event, NumaStat, OwnEvents, tally};
 use crate::sync::{
@@ -402,7 +402,7 @@ mod claim {
 /// Every CPU's cache, the tuning they share, and the pressure flag.
 #[derive(Debug)]
 pub(crate) struct Caches<'a> {
-    cpus: &'a [PerCpu<'a>],
+    cpus: &'a [&'a PerCpu<'a>],
     /// [`PcpConfig::pack`]ed: batch and high are set and read together.
     tuning: AtomicU64,
     /// Walks that drained the caches and are retrying; see the module doc.
@@ -420,7 +420,7 @@ pub(crate) trait CacheAccess {
     /// pageblock its zone lends above the mark, else (caching off, under pressure, or from
     /// the reserves) one frame straight from the zone. Counts the event. `zero` prefers a
     /// clean frame where the zone picks it.
-    fn take(&mut self, want: &Want<'_>, nodes: &[Node], zero: bool) -> Result<Got, Refused>;
+    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, Refused>;
 }
 
 /// A CPU's cache reached through its lock, one operation at a time.
@@ -448,7 +448,7 @@ impl CacheAccess for Shared<'_, '_> {
         pop_key(pc, &mut c, key, asker)
     }
 
-    fn take(&mut self, want: &Want<'_>, nodes: &[Node], zero: bool) -> Result<Got, Refused> {
+    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, Refused> {
         let pc = self
             .caches
             .cpus
@@ -537,7 +537,7 @@ fn pop_slot(slot: &mut Slot, states: &SlotStates) -> Option<(Pfn, bool)> {
 }
 
 /// Gives a slot's pageblock back to its zone.
-fn give_back(slot: &mut Slot, states: &SlotStates, nodes: &[Node]) {
+fn give_back(slot: &mut Slot, states: &SlotStates, nodes: Nodes<'_>) {
     let Some(key) = slot.key.take() else {
         return;
     };
@@ -553,7 +553,7 @@ fn give_back(slot: &mut Slot, states: &SlotStates, nodes: &[Node]) {
 fn drain_slots(
     pc: &PerCpu<'_>,
     c: &mut CpuCache<'_>,
-    nodes: &[Node],
+    nodes: Nodes<'_>,
     wanted: impl Fn(NodeId, ZoneKind) -> bool,
 ) -> u64 {
     let mut frames = 0;
@@ -577,7 +577,7 @@ enum Dest<'n> {
 }
 
 impl<'a> Caches<'a> {
-    pub(crate) fn new(cpus: &'a [PerCpu<'a>], config: PcpConfig) -> Self {
+    pub(crate) fn new(cpus: &'a [&'a PerCpu<'a>], config: PcpConfig) -> Self {
         Self {
             cpus,
             tuning: AtomicU64::new(config.clamped().pack()),
@@ -619,7 +619,7 @@ impl<'a> Caches<'a> {
 
     /// Replaces the tuning and gives back every pageblock of every unclaimed cache, and asks
     /// every handle to give back its own before its next operation.
-    pub(crate) fn set_tuning(&self, config: PcpConfig, nodes: &[Node]) {
+    pub(crate) fn set_tuning(&self, config: PcpConfig, nodes: Nodes<'_>) {
         // Relaxed: each cache lock taken by the drain below, or the Release of a request it
         // posts, orders this store before every operation that runs after it on that cache.
         self.tuning
@@ -636,7 +636,7 @@ impl<'a> Caches<'a> {
     pub(crate) fn claim<'m>(
         &'m self,
         cpu: CpuId,
-        nodes: &'m [Node],
+        nodes: Nodes<'m>,
     ) -> Result<Owned<'m, 'a>, ClaimError> {
         let pc = self
             .cpus
@@ -667,7 +667,7 @@ impl<'a> Caches<'a> {
         pc: &PerCpu<'_>,
         c: &mut CpuCache<'_>,
         want: &Want<'_>,
-        nodes: &[Node],
+        nodes: Nodes<'_>,
         zero: bool,
     ) -> Result<Got, Refused> {
         let Want {
@@ -749,7 +749,7 @@ impl<'a> Caches<'a> {
         pc: &PerCpu<'_>,
         c: &mut CpuCache<'_>,
         pfn: Pfn,
-        nodes: &'n [Node],
+        nodes: Nodes<'n>,
         locate: impl FnOnce(Pfn) -> Option<LastSpan>,
         dirty: bool,
         unchecked: bool,
@@ -819,7 +819,7 @@ impl<'a> Caches<'a> {
         &self,
         cpu: CpuId,
         pfn: Pfn,
-        nodes: &[Node],
+        nodes: Nodes<'_>,
         locate: impl FnOnce(Pfn) -> Option<LastSpan>,
         dirty: bool,
         poison: Poison<'_>,
@@ -853,7 +853,7 @@ impl<'a> Caches<'a> {
     pub(crate) fn drain_cpu(
         &self,
         cpu: CpuId,
-        nodes: &[Node],
+        nodes: Nodes<'_>,
         wanted: impl Fn(NodeId, ZoneKind) -> bool,
     ) -> u64 {
         let Some(pc) = self.cpus.get(cpu.index()) else {
@@ -879,7 +879,7 @@ impl<'a> Caches<'a> {
     /// meanwhile (its own free under raised pressure, or another failing walk's drain).
     pub(crate) fn under_pressure<R>(
         &self,
-        nodes: &[Node],
+        nodes: Nodes<'_>,
         wanted: impl Fn(NodeId, ZoneKind) -> bool,
         retry: impl FnOnce() -> R,
     ) -> R {
@@ -958,7 +958,7 @@ impl<'a> Caches<'a> {
 pub(crate) struct Owned<'m, 'a> {
     caches: &'m Caches<'a>,
     pc: &'m PerCpu<'a>,
-    nodes: &'m [Node],
+    nodes: Nodes<'m>,
     cpu: CpuId,
     c: MutexGuard<'m, CpuCache<'a>>,
     /// The request the caller is about to make, as [`Owned::pop_hot`] names it (`None`: one
@@ -1098,7 +1098,7 @@ impl CacheAccess for Owned<'_, '_> {
         Some(got)
     }
 
-    fn take(&mut self, want: &Want<'_>, nodes: &[Node], zero: bool) -> Result<Got, Refused> {
+    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, Refused> {
         self.honour();
         let (caches, pc, cpu) = (self.caches, self.pc, self.cpu);
         caches.take_at(cpu, pc, &mut self.c, want, nodes, zero)

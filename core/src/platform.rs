@@ -2,7 +2,8 @@
 //!
 //! The core never assumes how the platform maps physical memory. It asks a [`PhysMemory`] for a
 //! pointer to a physical range, and only ever for ranges it keeps for its own tables: the
-//! machine-wide tables and each span's section table carved at boot and hot-add, and, at run
+//! tables carved at boot (the machine-wide ones, each node's and each CPU's, one range each)
+//! and each span's section table carved at boot and hot-add, and, at run
 //! time, the few frames at a time it takes from its own free memory for pageblock metadata
 //! (always with no allocator lock held), which it unmaps before it gives them back. It never
 //! asks for a frame it hands out, and never reads or writes the contents of a free frame.
@@ -176,7 +177,8 @@ impl Mapped {
 }
 
 /// A cursor that carves typed tables off the end of one physical range (Linux's memblock, for
-/// the few tables that exist once per machine).
+/// the tables a machine makes once at boot: its machine-wide tables, each node's own, each
+/// CPU's own).
 pub(crate) struct BootCarve<'a> {
     base: NonNull<u8>,
     /// Bytes still free at the start of the mapped region.
@@ -202,22 +204,55 @@ impl<'a> BootCarve<'a> {
         n: usize,
         mut init: impl FnMut(usize) -> T,
     ) -> Option<&'a mut [T]> {
+        self.try_slice(n, |i| Ok::<T, ()>(init(i)))?.ok()
+    }
+
+    /// Carves one value made by `init`. `None` if the range is too small (then `init` never
+    /// ran).
+    pub(crate) fn one<T>(&mut self, init: impl FnOnce() -> T) -> Option<&'a mut T> {
+        let ptr = self.reserve::<T>(1)?;
+        // SAFETY: `reserve` gave room for one `T` at `ptr`, aligned, in the region, ours alone.
+        unsafe { ptr.write(init()) };
+        // SAFETY: initialised above; valid for `'a` by PhysMemory's contract, and no other
+        // reference to it exists (the cursor moved past it).
+        Some(unsafe { &mut *ptr })
+    }
+
+    /// Carves a slice of `n` values, each made by `init(i)`, stopping at the first error, which
+    /// it returns inside `Some`. `None` if the range is too small (then `init` never ran). The
+    /// values made before an error stay in the region, never dropped (the caller gives up the
+    /// whole region then).
+    pub(crate) fn try_slice<T, E>(
+        &mut self,
+        n: usize,
+        mut init: impl FnMut(usize) -> Result<T, E>,
+    ) -> Option<Result<&'a mut [T], E>> {
+        let ptr = self.reserve::<T>(n)?;
+        for i in 0..n {
+            let v = match init(i) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(e)),
+            };
+            // SAFETY: `reserve` gave room for `n` values of `T` from `ptr`, aligned, in the
+            // region, ours alone; `i < n`.
+            unsafe { ptr.add(i).write(v) };
+        }
+        // SAFETY: all `n` elements were initialised above, the memory is valid for `'a` by
+        // PhysMemory's contract, and no other reference to it exists (the cursor moved past it).
+        Some(Ok(unsafe { core::slice::from_raw_parts_mut(ptr, n) }))
+    }
+
+    /// Moves the cursor past room for `n` values of `T` and returns where they go: `None` if
+    /// the range is too small. The room lies inside the mapped region, aligned for `T` (the
+    /// region is page aligned and the start is rounded down to `T`'s alignment), and is never
+    /// handed out again (PhysMemory's contract makes the bytes ours alone).
+    fn reserve<T>(&mut self, n: usize) -> Option<*mut T> {
         let bytes = size_of::<T>().checked_mul(n)?;
         let end = self.left.checked_sub(bytes)?;
         let start = end & !(align_of::<T>() - 1);
-        // SAFETY: `start <= self.left`, which is within the mapped region.
-        let ptr = unsafe { self.base.as_ptr().add(start) }.cast::<T>();
-        for i in 0..n {
-            // SAFETY:
-            // 1. `ptr.add(i)` lies in `start..start + bytes`, inside the region (`start + bytes <= left`);
-            // 2. it is aligned: the region is page aligned and `start` is rounded down to `T`'s alignment;
-            // 3. the bytes are ours alone: PhysMemory's contract, and this cursor never hands them out twice.
-            unsafe { ptr.add(i).write(init(i)) };
-        }
         self.left = start;
-        // SAFETY: all `n` elements were initialised above, the memory is valid for `'a` by
-        // PhysMemory's contract, and no other reference to it exists (the cursor moved past it).
-        Some(unsafe { core::slice::from_raw_parts_mut(ptr, n) })
+        // SAFETY: `start <= self.left`, which is within the mapped region.
+        Some(unsafe { self.base.as_ptr().add(start) }.cast::<T>())
     }
 }
 

@@ -36,39 +36,88 @@ pub struct FallbackOptions {
     pub linux_boot_order: bool,
 }
 
-/// The fallback order of every node of a machine, in caller-provided storage.
+/// The fallback order of every node of a machine, in caller-provided storage: one block of
+/// `n*n` entries, or one row of `n` entries per node wherever the caller put it (a booted machine
+/// keeps each node's row in that node's own memory).
 ///
-/// Invariant: row `i` (the first `lens[i]` entries of `ids[i*n..]`) lists distinct nodes with
+/// Invariant: row `i` (the first `lens[i]` entries of row `i`) lists distinct nodes with
 /// memory, the local node first when it has memory.
 #[derive(Debug)]
 pub struct FallbackTable<'a> {
     n: usize,
-    ids: &'a mut [NodeId],
+    rows: Rows<'a>,
     lens: &'a mut [u16],
+}
+
+/// Where a [`FallbackTable`] keeps its rows.
+#[derive(Debug)]
+enum Rows<'a> {
+    /// Row `i` is `ids[i*n..(i+1)*n]`.
+    Block(&'a mut [NodeId]),
+    /// Row `i` is `rows[i][..n]`.
+    Split(&'a mut [&'a mut [NodeId]]),
 }
 
 impl<'a> FallbackTable<'a> {
     /// A table for `n` nodes over `ids` (at least `n*n` entries) and `lens` (at least `n`).
     /// Returns `None` if the storage is too small.
     pub fn new(n: usize, ids: &'a mut [NodeId], lens: &'a mut [u16]) -> Option<Self> {
-        if ids.len() < n * n || lens.len() < n {
+        if ids.len() < n.checked_mul(n)? || lens.len() < n {
             return None;
         }
         lens[..n].fill(0);
-        Some(Self { n, ids, lens })
+        Some(Self {
+            n,
+            rows: Rows::Block(ids),
+            lens,
+        })
     }
+
+    /// A table for `n` nodes whose row `i` is `rows[i]` (each at least `n` entries, `n` rows),
+    /// with `lens` (at least `n`). Returns `None` if the storage is too small.
+    pub(crate) fn from_rows(
+        n: usize,
+        rows: &'a mut [&'a mut [NodeId]],
+        lens: &'a mut [u16],
+    ) -> Option<Self> {
+        if rows.len() < n || rows.iter().any(|r| r.len() < n) || lens.len() < n {
+            return None;
+        }
+        lens[..n].fill(0);
+        Some(Self {
+            n,
+            rows: Rows::Split(rows),
+            lens,
+        })
+    }
+
     /// Number of nodes.
     pub fn nodes(&self) -> usize {
         self.n
     }
+
     /// The fallback order of `node`; empty for a node outside the table.
     pub fn order(&self, node: NodeId) -> &[NodeId] {
         let i = node.index();
         if i >= self.n {
             return &[];
         }
-        &self.ids[i * self.n..i * self.n + self.lens[i] as usize]
+        let len = usize::from(self.lens[i]);
+        match &self.rows {
+            Rows::Block(ids) => &ids[i * self.n..i * self.n + len],
+            Rows::Split(rows) => &rows[i][..len],
+        }
     }
+
+    /// All `n` entries of row `i` (a node of the table), to be written.
+    fn row_mut(&mut self, i: usize) -> &mut [NodeId] {
+        let n = self.n;
+        match &mut self.rows {
+            Rows::Block(ids) => &mut ids[i * n..(i + 1) * n],
+            Rows::Split(rows) => &mut rows[i][..n],
+        }
+    }
+
     /// Formats the row of `node` as Linux's boot log does: `Fallback order for Node 3: 3 2 1 0`.
     pub fn display(&self, node: NodeId) -> FallbackLine<'_> {
         FallbackLine {
@@ -141,7 +190,7 @@ pub fn build_fallback(
             k += 1;
         }
         keys[..k].sort_unstable();
-        let row = &mut table.ids[local.index() * n..(local.index() + 1) * n];
+        let row = table.row_mut(local.index());
         let mut len = 0;
         let mut prev_dist = LOCAL_DISTANCE;
         if states.memory.contains(local) {
@@ -279,9 +328,9 @@ mod tests {
     #[test]
     fn display_is_boot_log_format() {
         let (mut ids, mut lens) = ([NodeId::new(0); 4], [0u16; 2]);
-        let t = FallbackTable::new(2, &mut ids, &mut lens).unwrap();
-        t.ids[2] = NodeId::new(1);
-        t.ids[3] = NodeId::new(0);
+        let mut t = FallbackTable::new(2, &mut ids, &mut lens).unwrap();
+        t.row_mut(1)
+            .copy_from_slice(&[NodeId::new(1), NodeId::new(0)]);
         t.lens[1] = 2;
         let mut s: heapless::String<64> = heapless::String::new();
         fmt::write(&mut s, format_args!("{}", t.display(NodeId::new(1)))).unwrap();

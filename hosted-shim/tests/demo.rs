@@ -22,6 +22,18 @@ fn every_preset_boots_and_accounts_for_its_memory() {
             "{preset}: managed + reserved = memory"
         );
         assert!(d["fallback"].as_array().unwrap().len() == d["nodes"].as_u64().unwrap() as usize);
+        // Every preset node has memory, so each holds its own tables.
+        let tables = d["node_tables"].as_array().unwrap();
+        assert_eq!(
+            tables.len() as u64,
+            d["nodes"].as_u64().unwrap(),
+            "{preset}"
+        );
+        for (i, t) in tables.iter().enumerate() {
+            assert_eq!(t["node"], i, "{preset}");
+            assert_eq!(t["host"], i, "{preset}: node {i}'s tables");
+            assert!(t["bytes"].as_u64().unwrap() > 0, "{preset}");
+        }
         // Per-frame metadata is 12 bytes per 4 KiB frame plus anchors: well under 0.4% once
         // nodes are large (the 48 MiB nodes of fake-64 also pay for the machine's tables).
         if total >= 64 << 30 {

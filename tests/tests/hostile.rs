@@ -13,7 +13,7 @@ use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BootError, BootOptions, BulkFreeError, FreeError, MAX_NODES, MAX_ORDER,
     MAX_SPANS_PER_ZONE, Machine, MemoryRange, NodeId, NodeInfo, NodeMask, Order, PAGE_SIZE,
-    PcpConfig, Pfn, PhysAddr, PhysRange, PolicyError, Topology, TopologyError,
+    PcpConfig, Pfn, PhysAddr, PhysRange, PolicyError, TablePlace, Topology, TopologyError,
 };
 use numaframe_hosted::readers::{parse_numactl, parse_toml};
 use numaframe_hosted::sim::{Sim, SimMemory};
@@ -110,6 +110,21 @@ fn free_huge_err(m: &Machine<'_>, pfn: Pfn, size: HugeSize) -> FreeError {
 
 fn free_bulk_err(m: &Machine<'_>, pfns: &[Pfn]) -> BulkFreeError {
     unchanged(m, || m.free_bulk(pfns)).expect_err("misuse accepted by free_bulk")
+}
+
+/// Every set of tables boot carved: the machine-wide ones, each node's, each CPU's.
+fn table_places(m: &Machine<'_>) -> Vec<TablePlace> {
+    let nodes = (0..m.topology().len()).map(|i| m.node_tables(n(i)).unwrap());
+    let cpus = (0..m.cpu_count()).map(|i| m.cpu_tables(m.cpu(i).unwrap()).unwrap());
+    std::iter::once(m.machine_tables())
+        .chain(nodes)
+        .chain(cpus)
+        .collect()
+}
+
+/// `true` if `inner` lies inside `outer`.
+fn within(inner: PhysRange, outer: PhysRange) -> bool {
+    outer.start() <= inner.start() && inner.end() <= outer.end()
 }
 
 #[test]
@@ -277,6 +292,13 @@ fn foreign_frames_are_refused() {
             free_err(&m, last, Order::ZERO),
             FreeError::Foreign { pfn: last }
         );
+    }
+    for place in table_places(&m) {
+        let f = place.frames;
+        for pfn in [f.start(), Pfn::new(f.end().get() - 1)] {
+            assert_eq!(m.node_of(pfn), None, "{pfn:?} holds tables ({place:?})");
+            assert_eq!(free_err(&m, pfn, Order::ZERO), FreeError::Foreign { pfn });
+        }
     }
     // Between the two ranges.
     let hole = Pfn::new(G4 + 4096);
@@ -737,26 +759,118 @@ fn machine_of_1024_nodes_boots_and_serves_every_node() {
 }
 
 #[test]
-fn machine_of_1024_small_nodes_boots_or_says_why() {
-    // 1024 nodes of 1 MiB: each node's metadata fits, the machine-wide tables (2 MiB of
-    // fallback lists alone) fit in no single node, and boot says so.
+fn machine_of_1024_small_nodes_boots_and_serves_every_node() {
+    // 1024 nodes of 1 MiB and a CPU on each: every node holds its own metadata, its own tables
+    // (its zones and fallback order) and its CPU's cache; node 0 holds the machine-wide tables
+    // as well.
     let spec = spec_1024(1 << 20);
     let sim = Sim::new(&spec).unwrap();
-    assert_eq!(
-        sim.boot(BootOptions::default()).unwrap_err(),
-        BootError::NoBootMemory
-    );
-    // One CPU per node: the per-CPU tables grow with CPUs × nodes.
-    let spec = spec_1024(64 << 20);
-    let sim = Sim::new(&spec).unwrap();
     let cpus: Vec<NodeId> = (0..MAX_NODES).map(n).collect();
-    match sim.boot(BootOptions {
-        cpus: &cpus,
-        ..BootOptions::default()
-    }) {
-        Ok(m) => m.check_invariants().unwrap(),
-        Err(e) => assert_eq!(e, BootError::NoBootMemory),
+    let m = sim
+        .boot(BootOptions {
+            cpus: &cpus,
+            ..BootOptions::default()
+        })
+        .unwrap();
+    m.check_invariants().unwrap();
+    assert_eq!(m.memory_nodes().count(), MAX_NODES);
+    let mut row = vec![n(0); MAX_NODES];
+    assert_eq!(m.fallback_order(n(1023), &mut row), MAX_NODES);
+    assert_eq!(row[0], n(1023));
+    let home = |node: usize| sim.ranges()[node].range;
+    assert_eq!(m.machine_tables().host, n(0));
+    assert!(within(m.machine_tables().frames, home(0)));
+    // Each node's tables and its CPU's lie in its own memory, and it serves frames through
+    // both APIs.
+    for i in 0..MAX_NODES {
+        assert_eq!(sim.ranges()[i].node, n(i));
+        let cpu = m.cpu(i).unwrap();
+        for place in [m.node_tables(n(i)).unwrap(), m.cpu_tables(cpu).unwrap()] {
+            assert_eq!(place.host, n(i), "{place:?}");
+            assert!(within(place.frames, home(i)), "{place:?}");
+        }
+        let p = m.alloc(n(i), Order::ZERO, AllocFlags::THISNODE).unwrap();
+        let q = m.alloc_cpu(cpu, Order::ZERO, AllocFlags::empty()).unwrap();
+        assert_eq!([m.node_of(p), m.node_of(q)], [Some(n(i)); 2]);
+        m.free(p, Order::ZERO).unwrap();
+        m.free_cpu(cpu, q, Order::ZERO).unwrap();
     }
+    let mut task =
+        TaskPolicy::new(&m, Policy::Interleave(NodeMask::first_n(MAX_NODES)), false).unwrap();
+    let mut out = vec![Pfn::new(0); 2 * MAX_NODES];
+    let r = task.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
+    assert_eq!(r.placed, 2 * MAX_NODES);
+    m.free_bulk(&out).unwrap();
+    m.drain_all();
+    m.check_invariants().unwrap();
+}
+
+/// The standard topology with CPUs on all three nodes, node 1 nearer to node 2 (15) than node 0
+/// is (30), node 0's memory at frame 0 and node 1's at 12 GiB, of the given sizes.
+fn room_world(frames0: u64, frames1: u64) -> World {
+    World::new(
+        Spec {
+            distances: vec![10, 20, 30, 20, 10, 15, 30, 15, 10],
+            ..Spec::with_hot_add_target(vec![
+                memory_range(0, 0, frames0),
+                memory_range(1, 3 * G4, 3 * G4 + frames1),
+            ])
+        }
+        .with_cpus(&[0, 1, 2]),
+    )
+}
+
+/// Boots a [`room_world`]: every place of its tables, or the boot's error.
+fn room_boot(frames0: u64, frames1: u64) -> Result<Vec<TablePlace>, BootError> {
+    let w = room_world(frames0, frames1);
+    let m = w.spec.try_boot_with(&w.mem, w.spec.options())?;
+    m.check_invariants().unwrap();
+    Ok(table_places(&m))
+}
+
+#[test]
+fn tables_without_room_at_home_go_to_the_nearest_node_with_room() {
+    // With room everywhere, each node's tables and its CPU's are at home; node 2 has no memory
+    // and node 1 is its nearest node with memory.
+    let roomy = room_boot(8192, 8192).unwrap();
+    let hosts: Vec<usize> = roomy.iter().map(|p| p.host.index()).collect();
+    // Machine-wide; nodes 0, 1, 2; CPUs 0, 1, 2 (on nodes 0, 1, 2).
+    assert_eq!(hosts, [0, 0, 1, 1, 0, 1, 1]);
+    let (machine_frames, node0_frames) = (roomy[0].frames.frames(), roomy[1].frames.frames());
+    // The smallest node 1 that boots keeps one frame to manage and no room for tables: node 1's
+    // and node 2's tables, and their CPUs' caches, go to node 0, the nearest node with room.
+    let small1 = (1..256)
+        .find(|&f| room_boot(8192, f).is_ok())
+        .expect("a node 1 of 256 frames boots");
+    assert_eq!(
+        room_boot(8192, small1 - 1),
+        Err(BootError::BadRange {
+            start: Pfn::new(3 * G4)
+        })
+    );
+    for place in room_boot(8192, small1).unwrap() {
+        assert_eq!(place.host, n(0), "{place:?}");
+        assert!(within(place.frames, range(0, 8192)), "{place:?}");
+    }
+    // The smallest node 0 that holds the machine-wide tables has one frame of room left: too
+    // little for its own tables, and no node has more. Boot says whose tables found no room,
+    // and how many frames they need.
+    let small0 = (1..8192)
+        .find(|&f| {
+            !matches!(
+                room_boot(f, small1),
+                Err(BootError::BadRange { .. } | BootError::NoBootMemory)
+            )
+        })
+        .expect("a node 0 of 8192 frames holds the machine-wide tables");
+    assert!(machine_frames < small0);
+    assert_eq!(
+        room_boot(small0, small1),
+        Err(BootError::NoRoomForTables {
+            node: n(0),
+            frames: node0_frames
+        })
+    );
 }
 
 #[test]
@@ -796,7 +910,7 @@ fn machines_without_memory_do_not_boot() {
         boot_error(&tiny).unwrap(),
         BootError::BadRange { start: Pfn::new(0) }
     );
-    // Ranges that hold their metadata but not the machine-wide tables.
+    // Ranges that hold their metadata and the machine-wide tables, but not the nodes' own.
     let small = [
         MemoryRange {
             node: n(0),
@@ -807,7 +921,14 @@ fn machines_without_memory_do_not_boot() {
             range: range(40, 60),
         },
     ];
-    assert_eq!(boot_error(&small).unwrap(), BootError::NoBootMemory);
+    assert!(
+        matches!(
+            boot_error(&small).unwrap(),
+            BootError::NoRoomForTables { node, .. } if node == n(0)
+        ),
+        "{:?}",
+        boot_error(&small)
+    );
     // A simulated machine whose nodes all have 0 bytes.
     let spec = MachineSpec::new(
         "empty",
@@ -1128,6 +1249,19 @@ fn hot_add_refuses_memory_the_machine_already_has() {
             start: tail.start()
         })
     );
+    // Nor the frames of any table boot carved, machine-wide, per node or per CPU.
+    for place in table_places(&m) {
+        let r = unchanged(&m, || {
+            m.hot_add(&w.mem, n(2), place.frames, FallbackOptions::default())
+        });
+        assert_eq!(
+            r,
+            Err(BootError::Overlap {
+                start: place.frames.start()
+            }),
+            "{place:?}"
+        );
+    }
 }
 
 #[test]

@@ -8,10 +8,14 @@
 //! - nodes at distance 255 (ACPI's "unreachable"), which Linux orders like any other: the orders
 //!   Linux 6.12 printed at boot for such a machine;
 //! - a 1024-node machine;
-//! - memory hot-add to memoryless nodes, which then join every list.
+//! - memory hot-add to memoryless nodes, which then join every list;
+//! - where a booted machine puts each node's and each CPU's tables: in the node's own memory,
+//!   or for a memoryless node in its nearest node's with memory (Linux's `numa_mem_id`).
 
 use numaframe::zonelist::{FallbackOptions, build_fallback};
-use numaframe::{AllocFlags, BootOptions, Machine, NodeId, Order, PhysAddr, PhysRange};
+use numaframe::{
+    AllocFlags, BootOptions, Machine, NodeId, Order, Pfn, PhysAddr, PhysRange, TablePlace,
+};
 use numaframe::{NodeMask, Topology};
 use numaframe_hosted::presets::preset;
 use numaframe_hosted::sim::{Sim, SimMemory};
@@ -507,5 +511,129 @@ proptest! {
             prop_assert!(row.contains(&target), "node {}'s list", i);
         }
         m.check_invariants().expect("invariants");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where the tables live.
+
+/// The node whose memory holds the tables of `node` (and of its CPUs): `node` itself if it has
+/// memory, else the node with memory at the least distance from it, the lower id on a tie.
+fn nearest_memory_node(t: &Tables, node: usize) -> usize {
+    if t.has_memory[node] {
+        return node;
+    }
+    let n = t.len();
+    (0..n)
+        .filter(|&h| t.has_memory[h])
+        .min_by_key(|&h| (t.distances[node * n + h], h))
+        .expect("a node with memory")
+}
+
+/// Boots `t` (`node_bytes` on each node with memory, two CPUs on each node with CPUs) and checks
+/// every node's and CPU's tables against [`nearest_memory_node`]: the right host, inside the
+/// host's memory, disjoint from every other table, never a frame of a zone.
+fn check_placement(t: &Tables, node_bytes: u64) -> Result<(), TestCaseError> {
+    let spec = spec_of("placement", t, node_bytes);
+    let sim = Sim::new(&spec).expect("simulated memory");
+    let cpus: Vec<NodeId> = (0..t.len())
+        .filter(|&i| t.has_cpus[i])
+        .flat_map(|i| [NodeId::new(i); 2])
+        .collect();
+    let m = sim
+        .boot(BootOptions {
+            cpus: &cpus,
+            ..BootOptions::default()
+        })
+        .expect("boot");
+    let memory_of = |node: NodeId| {
+        sim.ranges()
+            .iter()
+            .find(|r| r.node == node)
+            .expect("the host has memory")
+            .range
+    };
+    let mut places: Vec<(String, TablePlace, usize)> = Vec::new();
+    for i in 0..t.len() {
+        let place = m
+            .node_tables(NodeId::new(i))
+            .expect("a node of the machine");
+        places.push((format!("node {i}"), place, nearest_memory_node(t, i)));
+    }
+    for (i, node) in cpus.iter().enumerate() {
+        let place = m
+            .cpu_tables(m.cpu(i).expect("a CPU"))
+            .expect("a CPU's tables");
+        places.push((
+            format!("cpu {i}"),
+            place,
+            nearest_memory_node(t, node.index()),
+        ));
+    }
+    let machine = m.machine_tables();
+    for (what, place, host) in &places {
+        prop_assert_eq!(place.host.index(), *host, "{}'s tables", what);
+        let home = memory_of(place.host);
+        let f = place.frames;
+        prop_assert!(!f.is_empty(), "{}'s tables", what);
+        prop_assert!(
+            home.start() <= f.start() && f.end() <= home.end(),
+            "{}'s tables {:?} outside node {}'s memory {:?}",
+            what,
+            f,
+            host,
+            home
+        );
+        prop_assert!(
+            !f.overlaps(&machine.frames),
+            "{} and the machine-wide tables",
+            what
+        );
+        for pfn in [f.start(), Pfn::new(f.end().get() - 1)] {
+            prop_assert_eq!(m.node_of(pfn), None, "{}'s tables hold {:?}", what, pfn);
+        }
+    }
+    let mut sorted: Vec<PhysRange> = places.iter().map(|p| p.1.frames).collect();
+    sorted.sort_by_key(|r| r.start());
+    for pair in sorted.windows(2) {
+        prop_assert!(pair[0].end() <= pair[1].start(), "{:?} overlap", pair);
+    }
+    m.check_invariants().expect("invariants");
+    Ok(())
+}
+
+#[test]
+fn tables_live_on_the_nearest_node_with_memory() {
+    // Node 2 has no memory and is at 20 from nodes 0 and 1 (a tie: node 0). Node 3 has no
+    // memory; node 2 is nearest to it, but the nearest with memory is node 1, at 17 from node 3
+    // (though node 1 is at 40 from node 3: the distance counts from the node served).
+    #[rustfmt::skip]
+    let t = Tables {
+        distances: vec![
+            10, 20, 20, 30,
+            20, 10, 20, 40,
+            20, 20, 10, 25,
+            30, 17, 12, 10,
+        ],
+        has_cpus: vec![true; 4],
+        has_memory: vec![true, true, false, false],
+    };
+    assert_eq!(
+        (0..4)
+            .map(|i| nearest_memory_node(&t, i))
+            .collect::<Vec<_>>(),
+        [0, 1, 0, 1]
+    );
+    check_placement(&t, 64 * MIB).unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random topologies of up to 40 nodes: every node's and every CPU's tables where the
+    /// nearest-memory rule puts them.
+    #[test]
+    fn tables_live_on_the_nearest_node_with_memory_on_random_topologies(t in tables()) {
+        check_placement(&t, 4 * MIB)?;
     }
 }

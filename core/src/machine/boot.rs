@@ -1,16 +1,17 @@
-//! Booting: checking the memory ranges against the topology, carving the machine-wide tables,
-//! and handing every range to its zone.
+//! Booting: checking the memory ranges against the topology, carving the allocator's tables
+//! (each node's and each CPU's from the memory nearest to them, the machine-wide ones from the
+//! first range with room), and handing every range to its zone.
 #![deny(unsafe_code)]
 
 use core::mem::size_of;
 
 use super::layout::{Layout, LayoutTables, SpanSlot, StagedSpan};
-use super::{BootOptions, Machine, MemoryRange};
+use super::{BootOptions, Machine, MemoryRange, TablePlace};
 use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
 use crate::error::BootError;
 use crate::interleave::Weights;
 use crate::meta::{SPAN_LIMIT_SHIFT, region_bytes_bound};
-use crate::node::{DMA32_END, Node, ZoneKind};
+use crate::node::{DMA32_END, Node, Nodes, ZoneKind};
 use crate::percpu::{Caches, EventLines, PerCpu, SLOTS, SlotStates, lines_for};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
 use crate::sync::{AtomicU16, RwLock};
@@ -75,32 +76,198 @@ pub(super) fn validate_range(topo: &Topology<'_>, r: &MemoryRange) -> Result<(),
 
 /// Bytes of the machine-wide tables for `n` nodes, `cap` span slots and `ncpu` CPUs; `None` if
 /// that does not fit in a `usize`.
-fn table_bytes(n: usize, cap: usize, ncpu: usize) -> Option<usize> {
-    let per_cpu = size_of::<PerCpu<'_>>()
-        + SLOTS * size_of::<SlotStates>()
-        + lines_for(n) * size_of::<EventLines>();
+fn machine_bytes(n: usize, cap: usize, ncpu: usize) -> Option<usize> {
+    let per_node = size_of::<NodeTables>()
+        // Staged and published fallback lengths, the build's load and keys.
+        + 2 * size_of::<u16>()
+        + size_of::<u32>()
+        + size_of::<u64>()
+        // The references to the node's rows and to its `Node`.
+        + size_of::<&mut [NodeId]>()
+        + size_of::<&[AtomicU16]>()
+        + size_of::<&Node>();
+    let per_cpu = size_of::<TablePlace>() + size_of::<&PerCpu<'_>>();
     let sum = [
-        n.checked_mul(size_of::<Node>())?,
-        // The staged fallback table, its published copy, lengths and scratch.
-        n.checked_mul(n)?
-            .checked_mul(size_of::<NodeId>() + size_of::<AtomicU16>())?,
-        n.checked_mul(2 + size_of::<AtomicU16>() + 4 + 8)?,
+        n.checked_mul(per_node)?,
         cap.checked_mul(size_of::<StagedSpan>() + size_of::<SpanSlot>())?,
         ncpu.checked_mul(per_cpu)?,
     ];
     sum.iter().try_fold(0usize, |a, b| a.checked_add(*b))
 }
 
+/// Tables [`machine_bytes`] counts, for [`pages_for`]'s alignment slack.
+const MACHINE_TABLES: usize = 12;
+
+/// Frames of one node's own tables in a machine of `n` nodes: its [`Node`] and its staged and
+/// published fallback order.
+fn node_frames(n: usize) -> u64 {
+    let bytes = size_of::<Node>() + n * (size_of::<NodeId>() + size_of::<AtomicU16>());
+    pages_for(bytes, 3)
+}
+
+/// Frames of one CPU's tables in a machine of `n` nodes: its cache, its state arrays and its
+/// numastat lines (one entry per node).
+fn cpu_frames(n: usize) -> u64 {
+    let bytes = size_of::<PerCpu<'_>>()
+        + SLOTS * size_of::<SlotStates>()
+        + lines_for(n) * size_of::<EventLines>();
+    pages_for(bytes, 3)
+}
+
+/// One node's part in the carving: where its own tables went, and the room its memory keeps
+/// for tables. The room is the node's table piece (its largest piece, ties to the higher
+/// address, as memblock allocates top-down and spares low memory), less the machine-wide
+/// tables if they came off its end; tables come off the room's end, down to `cut`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct NodeTables {
+    pub(super) own: TablePlace,
+    /// The table piece, machine-wide tables excluded; empty for a node without memory.
+    piece: PhysRange,
+    /// `cut..piece.end()` holds the tables carved from this node.
+    cut: Pfn,
+    /// The node that took the cache of this node's last CPU. Rooms only shrink, so every node
+    /// nearer than it still lacks room for one: while it has room, it is still the nearest.
+    cpus_host: Option<NodeId>,
+}
+
+impl NodeTables {
+    /// Makes `usable` the table piece if it beats the one found so far.
+    fn offer(&mut self, usable: PhysRange) {
+        let (have, got) = (self.piece.frames(), usable.frames());
+        if got > have || (got == have && usable.start() > self.piece.start()) {
+            self.piece = usable;
+            self.cut = usable.end();
+        }
+    }
+
+    /// `true` if `frames` more frames fit, leaving the piece at least one to manage.
+    fn fits(&self, frames: u64) -> bool {
+        self.cut.get() - self.piece.start().get() > frames
+    }
+}
+
+/// Where boot carved the allocator's tables, for [`Machine::node_tables`] and its kin.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Tables<'a> {
+    pub(super) machine: TablePlace,
+    pub(super) nodes: &'a [NodeTables],
+    pub(super) cpus: &'a [TablePlace],
+}
+
+impl Tables<'_> {
+    /// Frames of all of them.
+    pub(super) fn frames(&self) -> u64 {
+        self.machine.frames.frames()
+            + self
+                .nodes
+                .iter()
+                .map(|t| t.own.frames.frames())
+                .sum::<u64>()
+            + self.cpus.iter().map(|t| t.frames.frames()).sum::<u64>()
+    }
+}
+
+/// The boot's cursor over every node's room, carving node-local tables.
+struct Rooms<'t, 'a> {
+    topo: &'t Topology<'a>,
+    nodes: &'a mut [NodeTables],
+    mem: &'a dyn PhysMemory,
+}
+
+impl<'a> Rooms<'_, 'a> {
+    /// The node whose memory serves tables for `node`: `node` itself if its room holds
+    /// `frames` more, else the nearest node whose room does (by distance from `node`, ties to
+    /// the lower id: Linux's rule for a memoryless node, `numa_mem_id`). O(1) at home, O(nodes)
+    /// away from it.
+    fn host(&self, node: NodeId, frames: u64) -> Option<NodeId> {
+        let fits = |h: NodeId| self.nodes[h.index()].fits(frames);
+        if fits(node) {
+            return Some(node);
+        }
+        self.topo
+            .node_ids()
+            .filter(|&h| fits(h))
+            .min_by_key(|&h| (self.topo.distance(node, h), h))
+    }
+
+    /// Takes `frames` frames for `node`'s own tables from its host and maps them for carving.
+    fn take_node(
+        &mut self,
+        node: NodeId,
+        frames: u64,
+    ) -> Result<(TablePlace, BootCarve<'a>), BootError> {
+        let host = self
+            .host(node, frames)
+            .ok_or(BootError::NoRoomForTables { node, frames })?;
+        self.take_from(host, frames)
+    }
+
+    /// Takes `frames` frames for the cache of a CPU on `node` from its host and maps them for
+    /// carving. Every CPU takes as many, so the host of the node's previous CPU, while it has
+    /// room, needs no search.
+    fn take_cpu(
+        &mut self,
+        node: NodeId,
+        frames: u64,
+    ) -> Result<(TablePlace, BootCarve<'a>), BootError> {
+        let last = self.nodes[node.index()].cpus_host;
+        let host = match last.filter(|h| self.nodes[h.index()].fits(frames)) {
+            Some(h) => h,
+            None => self
+                .host(node, frames)
+                .ok_or(BootError::NoRoomForTables { node, frames })?,
+        };
+        self.nodes[node.index()].cpus_host = Some(host);
+        self.take_from(host, frames)
+    }
+
+    /// Takes `frames` frames off the end of `host`'s room (which holds them) and maps them.
+    fn take_from(
+        &mut self,
+        host: NodeId,
+        frames: u64,
+    ) -> Result<(TablePlace, BootCarve<'a>), BootError> {
+        let room = &mut self.nodes[host.index()];
+        let start = Pfn::new(room.cut.get() - frames);
+        let range = PhysRange::new(start, room.cut).ok_or(BootError::NoBootMemory)?;
+        room.cut = start;
+        let carve = BootCarve::new(self.mem, range).ok_or(BootError::MapFailed { start })?;
+        Ok((
+            TablePlace {
+                host,
+                frames: range,
+            },
+            carve,
+        ))
+    }
+}
+
 impl<'a> Machine<'a> {
     /// Boots the allocator over `ranges`, reaching its metadata through `mem`.
     ///
     /// Costs O(nodes² log nodes) for the zonelists plus O(max-order blocks) for the memory:
-    /// only the heads of free blocks get metadata written.
+    /// only the heads of free blocks get metadata written. Placing the tables costs O(1) for
+    /// each node or CPU served at home, O(nodes) for each node served elsewhere, and for the
+    /// CPUs of such a node each time the node serving them runs out of room.
+    ///
+    /// Tables go where their users are, as Linux places each node's `pglist_data` and each
+    /// CPU's per-CPU area. Each node's own tables (its zones, numastat and fallback order) come
+    /// off the end of its largest piece of memory (ranges are cut in two at 4 GiB; ties go to
+    /// the higher piece), each CPU's cache (state arrays and numastat lines included) off its
+    /// node's; a node without memory, or one with no room left, is served by the nearest node
+    /// that has room (by distance from it, ties to the lower id). The machine-wide tables (the
+    /// span index, the references to every node's and CPU's tables, the fallback lengths) come
+    /// off the end of the first range with room for them, before any other.
+    /// [`Machine::node_tables`], [`Machine::cpu_tables`] and [`Machine::machine_tables`] say
+    /// where each went. Their frames never reach a zone: a free of one is
+    /// [`FreeError::Foreign`](crate::FreeError::Foreign), and a hot-add over them is refused.
     ///
     /// # Errors
     /// A [`BootError`] if a range names an unknown node, overlaps another, is too small for
-    /// its own metadata, disagrees with the topology's `has_memory`, if the tables do not fit
-    /// (`NoBootMemory`), or if the platform cannot map a metadata region or maps it misaligned.
+    /// its own metadata, disagrees with the topology's `has_memory`, if the machine-wide
+    /// tables do not fit (`NoBootMemory`) or a node's or CPU's tables fit in no node
+    /// (`NoRoomForTables`), or if the platform cannot map a metadata region or maps it
+    /// misaligned.
     pub fn boot<M: PhysMemory>(
         topo: Topology<'a>,
         mem: &'a M,
@@ -134,63 +301,104 @@ impl<'a> Machine<'a> {
         let oom = BootError::NoBootMemory;
         let cap = npieces.checked_add(opts.hotplug_slots).ok_or(oom)?;
         let ncpu = opts.cpus.len();
-        let table_frames = pages_for(table_bytes(n, cap, ncpu).ok_or(oom)?, 12);
+        let machine_frames = pages_for(machine_bytes(n, cap, ncpu).ok_or(oom)?, MACHINE_TABLES);
 
         // The machine-wide tables come off the end of the first piece with room for them.
         let mut host = None;
         for r in ranges {
             pieces(r.node, r.range, |p| {
-                if host.is_none() && p.usable.frames() > table_frames {
-                    host = Some(p.usable);
+                if host.is_none() && p.usable.frames() > machine_frames {
+                    host = Some((p.node, p.usable));
                 }
                 Ok(())
             })?;
         }
-        let host = host.ok_or(oom)?;
-        let tables = tail(host, table_frames).ok_or(oom)?;
-        let mut carve = BootCarve::new(mem, tables).ok_or(BootError::MapFailed {
-            start: tables.start(),
+        let (host, host_piece) = host.ok_or(oom)?;
+        let machine_range = tail(host_piece, machine_frames).ok_or(oom)?;
+        let mut carve = BootCarve::new(mem, machine_range).ok_or(BootError::MapFailed {
+            start: machine_range.start(),
         })?;
-        let nodes = carve.slice(n, |i| Node::new(NodeId::new(i))).ok_or(oom)?;
-        let layout_tables = LayoutTables {
-            ids: carve.slice(n * n, |_| NodeId::default()).ok_or(oom)?,
-            lens: carve.slice(n, |_| 0u16).ok_or(oom)?,
-            load: carve.slice(n, |_| 0u32).ok_or(oom)?,
-            keys: carve.slice(n, |_| 0u64).ok_or(oom)?,
-            index: carve.slice(cap, |_| StagedSpan::default()).ok_or(oom)?,
-            published_ids: carve.slice(n * n, |_| AtomicU16::new(0)).ok_or(oom)?,
-            published_lens: carve.slice(n, |_| AtomicU16::new(0)).ok_or(oom)?,
-            published_index: carve.slice(cap, |_| SpanSlot::default()).ok_or(oom)?,
+        let without_machine = |usable: PhysRange| {
+            if usable.overlaps(&machine_range) {
+                usable.split_at(machine_range.start()).0
+            } else {
+                usable
+            }
         };
-        let event_lines = lines_for(n);
-        let mut states = carve
-            .slice(ncpu * SLOTS, |_| SlotStates::new())
-            .ok_or(oom)?
-            .chunks_exact(SLOTS);
-        let mut events = carve
-            .slice(ncpu * event_lines, |_| EventLines::ZERO)
-            .ok_or(oom)?
-            .chunks_exact_mut(event_lines.max(1));
-        let cpus = carve
-            .slice(ncpu, |i| {
-                // Both iterators hold exactly `ncpu` chunks.
-                let (st, e) = (
-                    states.next().unwrap_or_default(),
-                    events.next().unwrap_or_default(),
-                );
-                PerCpu::new(opts.cpus[i], st, e)
+        let places = carve.slice(n, |_| NodeTables::default()).ok_or(oom)?;
+        for r in ranges {
+            pieces(r.node, r.range, |p| {
+                places[p.node.index()].offer(without_machine(p.usable));
+                Ok(())
+            })?;
+        }
+        let cpu_places = carve.slice(ncpu, |_| TablePlace::default()).ok_or(oom)?;
+        let lens = carve.slice(n, |_| 0u16).ok_or(oom)?;
+        let load = carve.slice(n, |_| 0u32).ok_or(oom)?;
+        let keys = carve.slice(n, |_| 0u64).ok_or(oom)?;
+        let index = carve.slice(cap, |_| StagedSpan::default()).ok_or(oom)?;
+        let published_lens = carve.slice(n, |_| AtomicU16::new(0)).ok_or(oom)?;
+        let published_index = carve.slice(cap, |_| SpanSlot::default()).ok_or(oom)?;
+        let rows = carve.slice(n, |_| <&mut [NodeId]>::default()).ok_or(oom)?;
+        let published_rows = carve.slice(n, |_| <&[AtomicU16]>::default()).ok_or(oom)?;
+
+        // Then each node's own tables, then each CPU's, from the memory nearest to them.
+        let mut rooms = Rooms {
+            topo: &topo,
+            nodes: places,
+            mem,
+        };
+        let (nf, cf, lines) = (node_frames(n), cpu_frames(n), lines_for(n));
+        let nodes = carve
+            .try_slice(n, |i| {
+                let id = NodeId::new(i);
+                let (place, mut unit) = rooms.take_node(id, nf)?;
+                rooms.nodes[i].own = place;
+                rows[i] = unit.slice(n, |_| NodeId::default()).ok_or(oom)?;
+                published_rows[i] = unit.slice(n, |_| AtomicU16::new(0)).ok_or(oom)?;
+                let node = unit.one(|| Node::new(id)).ok_or(oom)?;
+                Ok::<&Node, BootError>(node)
             })
-            .ok_or(oom)?;
+            .ok_or(oom)??;
+        let cpus = carve
+            .try_slice(ncpu, |i| {
+                let node = opts.cpus[i];
+                let (place, mut unit) = rooms.take_cpu(node, cf)?;
+                cpu_places[i] = place;
+                let states = unit.slice(SLOTS, |_| SlotStates::new()).ok_or(oom)?;
+                let events = unit.slice(lines, |_| EventLines::ZERO).ok_or(oom)?;
+                let pc = unit.one(|| PerCpu::new(node, states, events)).ok_or(oom)?;
+                Ok::<&PerCpu<'a>, BootError>(pc)
+            })
+            .ok_or(oom)??;
+        let places: &'a [NodeTables] = rooms.nodes;
+        let layout_tables = LayoutTables {
+            rows,
+            lens,
+            load,
+            keys,
+            index,
+            published_rows,
+            published_lens,
+            published_index,
+        };
         let layout = Layout::new(n, topo.cpu_nodes(), layout_tables).ok_or(oom)?;
         let machine = Machine {
             topo,
             mem,
-            nodes,
+            nodes: Nodes::new(nodes),
             layout,
             weights: RwLock::new(Weights::default()),
             min_free_kbytes: opts.min_free_kbytes,
             caches: Caches::new(cpus, opts.pcp),
-            tables,
+            tables: Tables {
+                machine: TablePlace {
+                    host,
+                    frames: machine_range,
+                },
+                nodes: places,
+                cpus: cpu_places,
+            },
             clearer: None,
             #[cfg(feature = "poison")]
             poison: super::poison::PoisonLog::new(),
@@ -207,8 +415,11 @@ impl<'a> Machine<'a> {
             {
                 last = Some(r.range.start());
                 pieces(r.node, r.range, |mut p| {
-                    if p.usable.overlaps(&tables) {
-                        p.usable = p.usable.split_at(tables.start()).0;
+                    // The tables carved from the piece stay out of its zone.
+                    p.usable = without_machine(p.usable);
+                    let room = &places[p.node.index()];
+                    if p.usable == room.piece {
+                        p.usable = p.usable.split_at(room.cut).0;
                     }
                     machine.check_piece(&staged, &p, 0)?;
                     let (span, seed) = Self::map_piece(mem, &p)?;
@@ -224,5 +435,64 @@ impl<'a> Machine<'a> {
             machine.commit(&mut staged, opts.fallback, []);
         }
         Ok(machine)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{SparseMem, n};
+    use crate::topology::NodeInfo;
+
+    fn range(start: u64, end: u64) -> PhysRange {
+        PhysRange::new(Pfn::new(start), Pfn::new(end)).unwrap()
+    }
+
+    /// CPUs of nodes with and without memory take their caches as rooms fill up: the host the
+    /// remembered one gives is the one the rule finds by a fresh search, every time, until no
+    /// node has room and the error names the CPU's node.
+    #[test]
+    fn cpu_hosts_follow_the_rule_as_rooms_fill() {
+        // Nodes 0 and 1 have memory; node 2 (nearest: 1, then 0) and node 3 (nearest: 0) do
+        // not.
+        #[rustfmt::skip]
+        let distances = [
+            10, 20, 20, 30,
+            20, 10, 15, 25,
+            20, 15, 10, 25,
+            30, 25, 25, 10,
+        ];
+        let infos: [NodeInfo; 4] = core::array::from_fn(|i| NodeInfo {
+            has_cpus: true,
+            has_memory: i < 2,
+            ..NodeInfo::default()
+        });
+        let topo = Topology::new(&distances, &infos).unwrap();
+        let mem = SparseMem::default();
+        let mut nodes = [NodeTables::default(); 4];
+        nodes[0].offer(range(0, 40));
+        nodes[1].offer(range(1000, 1010));
+        let mut rooms = Rooms {
+            topo: &topo,
+            nodes: &mut nodes,
+            mem: &mem,
+        };
+        let mut hosts = [0usize; 4];
+        for k in 0..40 {
+            let node = n([2, 3, 1, 2][k % 4]);
+            let want = rooms.host(node, 3);
+            match rooms.take_cpu(node, 3) {
+                Ok((place, _)) => {
+                    assert_eq!(Some(place.host), want, "CPU {k} on {node}");
+                    hosts[place.host.index()] += 1;
+                }
+                Err(e) => {
+                    assert_eq!(want, None, "CPU {k} on {node}");
+                    assert_eq!(e, BootError::NoRoomForTables { node, frames: 3 });
+                }
+            }
+        }
+        // Node 1 kept one of its 10 frames and node 0 one of its 40.
+        assert_eq!(hosts, [13, 3, 0, 0]);
     }
 }

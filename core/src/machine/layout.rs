@@ -7,6 +7,10 @@
 //! plain staging copy they change at leisure; [`Layout::publish`] copies it into the atomics in
 //! one short publication. So a writer never waits for readers (no reader holds anything), and
 //! nothing an allocation does can deadlock against a hot-add.
+//!
+//! Each node's fallback order, staged and published, is a row of its own that boot carved from
+//! the node's memory (a memoryless node's from its nearest node with memory), so a machine of
+//! many small nodes needs no node with room for all of them; the rest is machine-wide.
 #![deny(unsafe_code)]
 
 use crate::addr::{Pfn, PhysRange};
@@ -133,15 +137,17 @@ impl<'a> Staging<'a> {
     }
 }
 
-/// Storage for a [`Layout`] of `n` nodes and `slots` spans, carved by the caller.
+/// Storage for a [`Layout`] of `n` nodes and `slots` spans, carved by the caller: `rows[i]`
+/// and `published_rows[i]` are node `i`'s fallback order (`n` entries each, wherever the
+/// caller put them), the rest holds one entry per node or per span slot.
 #[derive(Debug)]
 pub(crate) struct LayoutTables<'a> {
-    pub(crate) ids: &'a mut [NodeId],
+    pub(crate) rows: &'a mut [&'a mut [NodeId]],
     pub(crate) lens: &'a mut [u16],
     pub(crate) load: &'a mut [u32],
     pub(crate) keys: &'a mut [u64],
     pub(crate) index: &'a mut [StagedSpan],
-    pub(crate) published_ids: &'a [AtomicU16],
+    pub(crate) published_rows: &'a [&'a [AtomicU16]],
     pub(crate) published_lens: &'a [AtomicU16],
     pub(crate) published_index: &'a [SpanSlot],
 }
@@ -153,7 +159,8 @@ pub(crate) struct Layout<'a> {
     seq: SeqCount,
     staging: Mutex<Staging<'a>>,
     memory: [AtomicU64; MAX_NODES / 64],
-    ids: &'a [AtomicU16],
+    /// Node `i`'s published fallback order: `rows[i][..lens[i]]`.
+    rows: &'a [&'a [AtomicU16]],
     lens: &'a [AtomicU16],
     index: &'a [SpanSlot],
     spans: AtomicUsize,
@@ -161,15 +168,16 @@ pub(crate) struct Layout<'a> {
 
 /// The nodes a walk visits, read from the published layout.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct NodeList<'l, 'a> {
-    layout: &'l Layout<'a>,
-    /// `Some(node)`: this node alone (THISNODE); `None`: `of`'s fallback order.
+pub(crate) struct NodeList<'l> {
+    /// `Some(node)`: this node alone (THISNODE); `None`: the published `row`.
     only: Option<NodeId>,
-    of: NodeId,
+    row: &'l [AtomicU16],
+    /// Nodes of the machine: an entry at or above it is torn.
+    n: usize,
     len: usize,
 }
 
-impl NodeList<'_, '_> {
+impl NodeList<'_> {
     /// Number of entries.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -183,21 +191,18 @@ impl NodeList<'_, '_> {
         if let Some(node) = self.only {
             return Some(node);
         }
-        let l = self.layout;
         // Relaxed: read under the sequence count.
-        let v = l
-            .ids
-            .get(self.of.index() * l.n + i)?
-            .load(Ordering::Relaxed);
-        NodeId::try_new(usize::from(v)).filter(|n| n.index() < l.n)
+        let v = self.row.get(i)?.load(Ordering::Relaxed);
+        NodeId::try_new(usize::from(v)).filter(|n| n.index() < self.n)
     }
 }
 
 impl<'a> Layout<'a> {
     /// An empty layout over `t` (no node has memory, every fallback order is empty).
     pub(crate) fn new(n: usize, cpus: NodeMask, t: LayoutTables<'a>) -> Option<Self> {
-        let table = FallbackTable::new(n, t.ids, t.lens)?;
-        if t.published_ids.len() < n * n
+        let table = FallbackTable::from_rows(n, t.rows, t.lens)?;
+        if t.published_rows.len() < n
+            || t.published_rows.iter().any(|r| r.len() < n)
             || t.published_lens.len() < n
             || t.published_index.len() < t.index.len()
             || t.load.len() < n
@@ -222,7 +227,7 @@ impl<'a> Layout<'a> {
                 spans: 0,
             }),
             memory: core::array::from_fn(|_| AtomicU64::new(0)),
-            ids: t.published_ids,
+            rows: t.published_rows,
             lens: t.published_lens,
             index: t.published_index,
             spans: AtomicUsize::new(0),
@@ -258,7 +263,7 @@ impl<'a> Layout<'a> {
             for node in 0..self.n {
                 let row = staged.table.order(NodeId::new(node));
                 update16(&self.lens[node], row.len() as u16);
-                for (slot, id) in self.ids[node * self.n..].iter().zip(row) {
+                for (slot, id) in self.rows[node].iter().zip(row) {
                     update16(slot, id.index() as u16);
                 }
             }
@@ -301,24 +306,30 @@ impl<'a> Layout<'a> {
 
     /// The nodes a walk from `node` visits: `node` alone, or its fallback order. Read it
     /// between [`Layout::begin`] and [`Layout::changed`].
-    pub(crate) fn list(&self, node: NodeId, this_node_only: bool) -> NodeList<'_, 'a> {
+    pub(crate) fn list(&self, node: NodeId, this_node_only: bool) -> NodeList<'_> {
         if this_node_only {
             return NodeList {
-                layout: self,
                 only: Some(node),
-                of: node,
+                row: &[],
+                n: self.n,
                 len: 1,
             };
         }
-        // Relaxed: read under the sequence count; a torn length is bounded by the table.
-        let len = self
-            .lens
-            .get(node.index())
-            .map_or(0, |l| usize::from(l.load(Ordering::Relaxed)).min(self.n));
+        let (Some(row), Some(len)) = (self.rows.get(node.index()), self.lens.get(node.index()))
+        else {
+            return NodeList {
+                only: None,
+                row: &[],
+                n: self.n,
+                len: 0,
+            };
+        };
+        // Relaxed: read under the sequence count; a torn length is bounded by the row.
+        let len = usize::from(len.load(Ordering::Relaxed)).min(row.len());
         NodeList {
-            layout: self,
             only: None,
-            of: node,
+            row,
+            n: self.n,
             len,
         }
     }

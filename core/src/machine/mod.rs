@@ -26,8 +26,8 @@ use bitflags::bitflags;
 
 use crate::addr::PhysRange;
 use crate::interleave::Weights;
-use crate::node::Node;
-use crate::percpu::{Caches, PcpConfig};
+use crate::node::{Node, Nodes};
+use crate::percpu::{Caches, CpuId, PcpConfig};
 use crate::platform::{FrameClearer, PhysMemory, Poison};
 use crate::stats::NumaStat;
 use crate::sync::RwLock;
@@ -105,18 +105,30 @@ pub struct MemoryRange {
     pub range: PhysRange,
 }
 
+/// Where boot carved one set of the allocator's tables: see [`Machine::boot`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct TablePlace {
+    /// The node whose memory holds them.
+    pub host: NodeId,
+    /// Their frames, whole: no zone manages them, and a free of one is
+    /// [`FreeError::Foreign`](crate::FreeError::Foreign).
+    pub frames: PhysRange,
+}
+
 /// A booted NUMA machine: the allocator.
 pub struct Machine<'a> {
     topo: Topology<'a>,
     /// How the machine reaches the frames it takes for its own metadata.
     mem: &'a dyn PhysMemory,
-    nodes: &'a [Node],
+    /// Each in its own node's memory (a memoryless node's in its nearest node's).
+    nodes: Nodes<'a>,
     layout: Layout<'a>,
     weights: RwLock<Weights>,
     min_free_kbytes: Option<u64>,
     caches: Caches<'a>,
-    /// The frames the machine-wide tables were carved from.
-    tables: PhysRange,
+    /// Where boot carved the tables.
+    tables: self::boot::Tables<'a>,
     /// How the machine clears frames, if the platform gave it a way.
     clearer: Option<&'a dyn FrameClearer>,
     /// The writes after free the `poison` debug mode found.
@@ -167,8 +179,30 @@ impl<'a> Machine<'a> {
     }
 
     /// All nodes, by id.
-    pub fn nodes(&self) -> &[Node] {
+    pub fn nodes(&self) -> Nodes<'_> {
         self.nodes
+    }
+
+    /// Where `node`'s own tables live (its [`Node`]: zones, numastat, zonelist hints; and its
+    /// fallback order, staged and published): in its own memory, or, for a node without memory
+    /// or without room, in the nearest node's that had room. `None` for a node outside the
+    /// machine.
+    pub fn node_tables(&self, node: NodeId) -> Option<TablePlace> {
+        self.tables.nodes.get(node.index()).map(|t| t.own)
+    }
+
+    /// Where `cpu`'s tables live (its cache, the state arrays of the pageblocks it holds, its
+    /// numastat lines): in its node's memory, or the nearest node's as for
+    /// [`Machine::node_tables`]. `None` for a CPU not registered at boot.
+    pub fn cpu_tables(&self, cpu: CpuId) -> Option<TablePlace> {
+        self.tables.cpus.get(cpu.index()).copied()
+    }
+
+    /// Where the machine-wide tables live: the span index, every node's fallback length, the
+    /// references to every node's and CPU's tables and these places. They come off the end of
+    /// the first memory range (in the order given to [`Machine::boot`]) with room for them.
+    pub fn machine_tables(&self) -> TablePlace {
+        self.tables.machine
     }
 
     /// Nodes that currently have memory.
@@ -206,10 +240,11 @@ impl<'a> Machine<'a> {
         Some(s)
     }
 
-    /// Bytes of the allocator's own memory: the machine-wide tables, and every zone's metadata
-    /// (see [`Zone::metadata_bytes`](crate::Zone::metadata_bytes)).
+    /// Bytes of the allocator's own memory: the tables carved at boot (machine-wide, per node,
+    /// per CPU), and every zone's metadata (see
+    /// [`Zone::metadata_bytes`](crate::Zone::metadata_bytes)).
     pub fn metadata_bytes(&self) -> u64 {
-        self.tables.bytes()
+        self.tables.frames() * crate::addr::PAGE_SIZE
             + self
                 .nodes
                 .iter()

@@ -10,7 +10,9 @@ use numaframe::HugeSize;
 use numaframe::hugetlb::ReservationPlan;
 use numaframe::hugetlb::cmdline;
 use numaframe::policy::{Policy, TaskPolicy, auto_weights};
-use numaframe::{AllocFlags, BootOptions, Machine, NodeId, NodeMask, Order, Pfn, ZoneKind};
+use numaframe::{
+    AllocFlags, BootOptions, Machine, NodeId, NodeMask, Order, Pfn, TablePlace, ZoneKind,
+};
 use serde_json::{Value, json};
 
 use super::hugepages::{default_threads, reserve};
@@ -146,6 +148,11 @@ pub fn run_with(
     let meta_boot = Metadata::of(&machine);
     let mut fallback = Vec::new();
     machine.for_each_fallback_line(|line| fallback.push(line.to_string()));
+    let node_tables: Vec<TablePlace> = machine
+        .topology()
+        .node_ids()
+        .filter_map(|n| machine.node_tables(n))
+        .collect();
 
     // Huge pages, reserved by parallel jobs as at boot.
     let line = demo_cmdline(spec);
@@ -188,6 +195,7 @@ pub fn run_with(
             "resident_bytes": touched,
             "allocator_metadata": {"boot": meta_boot, "after_hugepages": meta_huge},
             "fallback": fallback,
+            "node_tables": node_tables.iter().enumerate().map(|(i, t)| json!({"node": i, "host": t.host.index(), "start": t.frames.start().addr().get(), "bytes": t.frames.bytes()})).collect::<Vec<_>>(),
             "hugepages": {
                 "cmdline": line, "threads": threads, "elapsed_ms": huge_ms, "log": huge_log,
                 "pools": huge_pools.iter().map(|(s, per)| json!({"size_kib": s.kib(), "per_node": per})).collect::<Vec<_>>(),
@@ -229,6 +237,19 @@ pub fn run_with(
             line += &format!(", {bw} GB/s");
         }
         writeln!(out, "{line}").map_err(internal)?;
+    }
+    for (i, t) in node_tables.iter().enumerate() {
+        // Linux's boot log of each node's `pglist_data`, and where a node without memory got it.
+        let (start, end) = (t.frames.start().addr().get(), t.frames.end().addr().get());
+        writeln!(
+            out,
+            "NODE_DATA({i}) allocated [mem {start:#010x}-{:#010x}]",
+            end - 1
+        )
+        .map_err(internal)?;
+        if t.host.index() != i {
+            writeln!(out, "    NODE_DATA({i}) on node {}", t.host).map_err(internal)?;
+        }
     }
     for line in &fallback {
         writeln!(out, "{line}").map_err(internal)?;
