@@ -24,9 +24,10 @@
 //! directly. The handle honours a request before each operation (one plain load when there is
 //! none) by giving back every pageblock, and reads the tuning again then.
 //!
-//! A handle's bulk free of frames of its own pageblocks swaps each frame's byte in turn, with
-//! no lock; at the first swap that fails it puts the bytes it swapped back to handed out (it
-//! alone changes free bytes), so the bulk frees all or none.
+//! A handle's bulk free of frames of its own pageblocks takes the lock of their zone instead
+//! (of each of their zones, in ascending order, as `Machine::free_bulk` does): every other
+//! writer of those bytes holds it, so the bulk checks and frees each frame with a load and a
+//! store, and a refused bulk puts the bytes back before anyone can see them.
 //!
 //! Two promises need care with concurrency:
 //! - *Turning caching off is a barrier.* Every operation reads the tuning under its cache lock
@@ -58,7 +59,9 @@ use crate::bitmap::{FRAMES, Plane};
 use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
 use crate::error::{BulkFreeError, ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
-use crate::node::{Mark, Node, Refused, Zone, ZoneKind, count_foreign};
+use crate::node::{
+    Mark, Node, Refused, Zone, ZoneFamily, ZoneKind, ZoneSet, count_foreign, zone_index,
+};
 use crate::platform::Poison;
 use crate::stats::{Event, NumaStat, OwnEvents, tally};
 use crate::sync::{
@@ -1242,16 +1245,15 @@ impl<'m> Owned<'m, '_> {
         )
     }
 
-    /// Frees order-0 frames of this CPU's own pageblocks, dirty, all or none: one swap of each
-    /// frame's byte (handed out → free), as [`Owned::free`] does, and no lock. `Ok(false)`, with
+    /// Frees order-0 frames of this CPU's own pageblocks, dirty, all or none. `Ok(false)`, with
     /// nothing changed, if one of them is not a frame of its pageblocks: the caller then frees
     /// them all another way.
     ///
-    /// At a frame whose swap fails, every frame freed so far goes back to handed out (only
-    /// this CPU changes a free frame's byte, so nothing else moved them meanwhile). A free of
-    /// one of those frames racing this call (a double free by the caller) may have seen it
-    /// free and been refused; as with a bulk free's claim through the zone, the bulk then
-    /// fails too and neither free lands.
+    /// It holds the locks of the zones the frames' pageblocks belong to (usually one) while it
+    /// checks and frees the frames: every other writer of a lent frame's byte holds that lock,
+    /// so the bytes change with plain stores, and a refused bulk puts the ones it changed back
+    /// before anyone else can see them. A free of one of the frames racing this call waits for
+    /// the lock and then finds the frame free, or still handed out if the bulk was refused.
     ///
     /// # Errors
     /// A [`BulkFreeError`] naming the first frame that is not handed out (a duplicate within
@@ -1262,26 +1264,45 @@ impl<'m> Owned<'m, '_> {
         poison: Poison<'_>,
     ) -> Result<bool, BulkFreeError> {
         self.honour();
-        let lens: [usize; SLOTS] = core::array::from_fn(|i| self.c.slots[i].len);
-        for (k, &pfn) in pfns.iter().enumerate() {
-            let Some((i, off, states)) = self.own_slot(pfn) else {
-                self.undo_bulk(&pfns[..k], lens);
+        let mut used = 0u8;
+        for &pfn in pfns {
+            let Some((i, _, _)) = self.own_slot(pfn) else {
                 return Ok(false);
             };
-            let error = match states.states.get(off).map(|byte| {
-                // AcqRel: as in `free_own`.
-                byte.compare_exchange(
-                    state::HELD,
-                    state::FREE_DIRTY,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-            }) {
-                Some(Ok(_)) => {
+            used |= 1 << i;
+        }
+        let family = ZoneFamily(self.nodes);
+        let mut zones = ZoneSet::new(&family);
+        let mut wanted: [Option<usize>; SLOTS] = core::array::from_fn(|i| {
+            let k = self.c.slots[i].key.filter(|_| used & 1 << i != 0)?;
+            Some(zone_index(k.node, k.zone))
+        });
+        wanted.sort_unstable();
+        let mut last = None;
+        for &z in wanted.iter().flatten() {
+            // Distinct slots may share a zone: it is taken once. A zone that cannot be locked
+            // (none can fail: the slots cache zones of this machine) sends the bulk the other
+            // way, before anything changed.
+            if last != Some(z) && !zones.lock(z) {
+                return Ok(false);
+            }
+            last = Some(z);
+        }
+        let lens: [usize; SLOTS] = core::array::from_fn(|i| self.c.slots[i].len);
+        for (k, &pfn) in pfns.iter().enumerate() {
+            let (i, byte) = match self.own_slot(pfn) {
+                Some((i, off, states)) => (i, states.states.get(off).map(|b| (off, b))),
+                None => (0, None),
+            };
+            // Relaxed: the zone locks held order every other writer of these bytes.
+            let error = match byte.map(|(off, b)| (off, b, b.load(Ordering::Relaxed))) {
+                Some((off, b, state::HELD)) => {
+                    // Release: as a free's swap (the zone lock publishes it too).
+                    b.store(state::FREE_DIRTY, Ordering::Release);
                     self.c.slots[i].push(off);
                     continue;
                 }
-                Some(Err(found)) => match misuse(found, pfn, 0) {
+                Some((_, _, found)) => match misuse(found, pfn, 0) {
                     FreeError::DoubleFree { .. } if pfns[..k].contains(&pfn) => {
                         FreeError::Duplicate { pfn }
                     }
@@ -1292,6 +1313,7 @@ impl<'m> Owned<'m, '_> {
             self.undo_bulk(&pfns[..k], lens);
             return Err(BulkFreeError { index: k, error });
         }
+        drop(zones);
         // Every frame is free now, and only this CPU, busy here, can hand one out again: the
         // `poison` debug mode fills them after the last check, so a refused bulk touches none.
         if poison.on() {
@@ -1307,16 +1329,15 @@ impl<'m> Owned<'m, '_> {
         Ok(true)
     }
 
-    /// Puts the frames a failed [`Owned::free_bulk`] freed back to handed out, and its stacks
-    /// back to their lengths `lens`.
+    /// Puts the frames a refused [`Owned::free_bulk`] freed back to handed out, and its stacks
+    /// back to their lengths `lens`; runs under the zone locks the bulk holds.
     #[cold]
     fn undo_bulk(&mut self, done: &[Pfn], lens: [usize; SLOTS]) {
         for &pfn in done {
             if let Some((i, off)) = self.c.find(pfn)
                 && let Some(byte) = self.pc.states.get(i).and_then(|s| s.states.get(off))
             {
-                // Relaxed: only this CPU changes a free frame's byte, and the frame goes back
-                // to the caller, who still holds it.
+                // Relaxed: under the zone locks, nothing else saw the frame free.
                 byte.store(state::HELD, Ordering::Relaxed);
             }
         }

@@ -4,7 +4,8 @@
 //! owner's own free of it (one compare-and-swap of the frame's state byte each: exactly one
 //! wins), and the unchecked free's contract (a frame the owner frees with a plain store, while
 //! another CPU frees a different frame of the same pageblock). Then the handle's bulks: a bulk
-//! free racing a remote free of one of its frames (all or nothing, one winner), a bulk
+//! free (under its frames' zone lock) racing a remote free of one of its frames (all or
+//! nothing, one winner), a bulk
 //! allocation's run beside a remote free, and a new tuning racing a claim (the handle keeps
 //! the tuning's `high` and reads it again when it claims or honours a request).
 //!
@@ -217,11 +218,12 @@ fn unchecked_free_beside_a_remote_free() {
 }
 
 /// A handle's bulk free of two of its own frames, `p` then `q`, races another CPU's free of `q`
-/// (a caller bug). Exactly one call frees `q`: either the bulk wins and the remote free gets
-/// `DoubleFree`, or the remote free wins and the bulk is refused at index 1 with `p` put back
-/// to handed out (it frees once afterwards).
+/// (a caller bug). The bulk holds the frames' zone lock, which the remote free takes too, and
+/// frees with plain stores: exactly one call frees `q`. Either the bulk wins and the remote
+/// free gets `DoubleFree`, or the remote free wins and the bulk is refused at index 1 with `p`
+/// put back to handed out (it frees once afterwards).
 ///
-/// Every interleaving at three preemptions: 10 executions.
+/// Every interleaving at three preemptions: 46 executions.
 #[test]
 fn bulk_free_races_remote_free_of_one_frame() {
     model(|| {
