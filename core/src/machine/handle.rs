@@ -5,9 +5,9 @@
 //! of order 0 pop from and push to the CPU's pageblocks with no lock and, on a free, the one
 //! compare-and-swap of the frame's state byte that also decides a race with a remote free of
 //! the same frame (an allocation is a plain store of that byte). Bulks take runs off the hot
-//! pageblock's stack, and free frames of the CPU's own pageblocks one swap each. Remote drains
-//! of a claimed CPU become requests it honours before its next operation or when it drops
-//! (see `percpu`).
+//! pageblock's stack, and free frames of the CPU's own pageblocks under their zone's lock with
+//! a plain store each. Remote drains of a claimed CPU become requests it honours before its
+//! next operation or when it drops (see `percpu`).
 //!
 //! The order-0 paths are `#[inline]`, so that a caller in another crate runs them without a
 //! call; the walk, a refill and a free outside the CPU's pageblocks stay out of line.
@@ -143,8 +143,9 @@ impl CpuHandle<'_, '_> {
     }
 
     /// [`Machine::free_bulk`] through the held cache: order-0 frames, all freed or none.
-    /// When every frame is of this CPU's own pageblocks, each takes one compare-and-swap of its
-    /// state byte and no lock; otherwise the slice goes to [`Machine::free_bulk`].
+    /// When every frame is of this CPU's own pageblocks, the bulk holds their zone's lock (the
+    /// one remote frees of them take) once and frees each with a plain store of its state
+    /// byte; otherwise the slice goes to [`Machine::free_bulk`].
     ///
     /// # Errors
     /// A [`BulkFreeError`] with the index of the first offending frame and the reason (a
