@@ -271,6 +271,9 @@ struct CpuCache<'a> {
     /// The span this CPU freed into last: frees mostly hit it, and then need no lookup.
     last: Option<LastSpan>,
     clock: u64,
+    /// Local hits a handle's hot paths counted, not yet in `events` (which nothing reads
+    /// while a handle holds the cache); 0 whenever no handle does.
+    hits: u64,
 }
 
 impl CpuCache<'_> {
@@ -306,6 +309,7 @@ impl<'a> PerCpu<'a> {
                 events,
                 last: None,
                 clock: 0,
+                hits: 0,
             }),
             flags: AtomicU8::new(0),
         }
@@ -786,7 +790,6 @@ impl<'a> Caches<'a> {
             // Read under the lock: a `set_tuning` that drained this cache before the claim
             // took it stored its tuning before that drain.
             high: self.tuning().high as usize,
-            hits: 0,
         })
     }
 
@@ -1033,9 +1036,11 @@ impl<'a> Caches<'a> {
 /// before each operation (a plain load when there is none) and when it drops.
 ///
 /// Its hot paths (`pop_hot`, `pop_run`, `free` of its own frames) touch only the slot they
-/// use, its state byte and the handle itself: the hot slot's state array is resolved in
-/// [`Hot`], the tuning's `high` is kept here (a new tuning comes with a request), and the
-/// local hits they count are added to the cache's events when the handle drops.
+/// use, its state byte and the cache's counters, and only read the handle itself: the hot
+/// slot's state array is resolved in [`Hot`], the tuning's `high` is kept here (a new tuning
+/// comes with a request), and the local hits they count go to the cache's events when the
+/// handle drops. A handle written on every operation would share its cache line with a
+/// neighbour's in an array of handles, and two CPUs would fight over it.
 #[derive(Debug)]
 pub(crate) struct Owned<'m, 'a> {
     caches: &'m Caches<'a>,
@@ -1051,9 +1056,6 @@ pub(crate) struct Owned<'m, 'a> {
     /// [`PcpConfig::high`] as of the claim or the last request honoured: `set_tuning` posts a
     /// request after it stores a new tuning, and honouring it reads the tuning again.
     high: usize,
-    /// Local hits counted by the hot paths since the claim, not yet in the cache's events
-    /// (which nothing reads while the cache is claimed).
-    hits: u64,
 }
 
 /// A slot that served a request of the CPU's own node from the walk's fast path: the same
@@ -1105,15 +1107,14 @@ impl<'m> Owned<'m, '_> {
     #[inline]
     pub(crate) fn pop_hot(&mut self, asking: u32) -> Option<(Pfn, bool)> {
         self.honour();
-        self.asking = Some(asking);
-        let hot = self.hot.as_ref().filter(|h| h.asking == asking)?;
-        let c = &mut *self.c;
-        let slot = c.slots.get_mut(hot.slot)?;
-        let got = pop_slot_with(slot, hot.states, hand_out_hot)?;
-        c.clock += 1;
-        slot.used = c.clock;
-        self.hits += 1;
-        Some(got)
+        let got = self.hot_frames(asking, |slot, states| {
+            pop_slot_with(slot, states, hand_out_hot).map(|got| (got, 1))
+        });
+        if got.is_none() {
+            // Only the walk reads it: named on the way there, not on every hit.
+            self.asking = Some(asking);
+        }
+        got
     }
 
     /// [`Owned::pop_hot`] for up to `out.len()` frames at once: pops a run of the hot slot's
@@ -1128,36 +1129,48 @@ impl<'m> Owned<'m, '_> {
         mut each: impl FnMut(Pfn, bool) -> Pfn,
     ) -> usize {
         self.honour();
-        self.asking = Some(asking);
-        let Some(hot) = self.hot.as_ref().filter(|h| h.asking == asking) else {
-            return 0;
-        };
+        let placed = self.hot_frames(asking, |slot, states| {
+            if slot.len == 0 && !rescan(slot, states) {
+                return None;
+            }
+            let n = slot.len.min(out.len());
+            let base = slot.base.get();
+            let run = slot.stack.get(slot.len - n..slot.len)?;
+            // From the top of the stack down, as single pops would take them.
+            let mut placed = 0;
+            for (dst, &off) in out.iter_mut().zip(run.iter().rev()) {
+                let Some(byte) = states.states.get(usize::from(off)) else {
+                    break;
+                };
+                *dst = each(Pfn::new(base + u64::from(off)), hand_out_hot(byte));
+                placed += 1;
+            }
+            slot.len -= placed;
+            Some((placed, placed as u64))
+        });
+        placed.unwrap_or_else(|| {
+            // As in `pop_hot`.
+            self.asking = Some(asking);
+            0
+        })
+    }
+
+    /// Runs `take` on the hot slot if it serves `asking`, then marks the slot used and counts
+    /// the local hits `take` reports.
+    #[inline]
+    fn hot_frames<R>(
+        &mut self,
+        asking: u32,
+        take: impl FnOnce(&mut Slot, &SlotStates) -> Option<(R, u64)>,
+    ) -> Option<R> {
+        let hot = self.hot.as_ref().filter(|h| h.asking == asking)?;
         let c = &mut *self.c;
-        let Some(slot) = c.slots.get_mut(hot.slot) else {
-            return 0;
-        };
-        if slot.len == 0 && !rescan(slot, hot.states) {
-            return 0;
-        }
-        let n = slot.len.min(out.len());
-        let base = slot.base.get();
-        let Some(run) = slot.stack.get(slot.len - n..slot.len) else {
-            return 0;
-        };
-        // From the top of the stack down, as single pops would take them.
-        let mut placed = 0;
-        for (dst, &off) in out.iter_mut().zip(run.iter().rev()) {
-            let Some(byte) = hot.states.states.get(usize::from(off)) else {
-                break;
-            };
-            *dst = each(Pfn::new(base + u64::from(off)), hand_out_hot(byte));
-            placed += 1;
-        }
-        slot.len -= placed;
+        let slot = c.slots.get_mut(hot.slot)?;
+        let (got, hits) = take(slot, hot.states)?;
         c.clock += 1;
         slot.used = c.clock;
-        self.hits += placed as u64;
-        placed
+        c.hits += hits;
+        Some(got)
     }
 
     /// Says the caller's next request does not use the hot slot (see [`Owned::pop_hot`]).
@@ -1405,7 +1418,8 @@ impl CacheAccess for Owned<'_, '_> {
 
 impl Drop for Owned<'_, '_> {
     fn drop(&mut self) {
-        count_local(self.c.events, self.pc.node, self.hits);
+        let c = &mut *self.c;
+        count_local(c.events, self.pc.node, core::mem::take(&mut c.hits));
         // Acquire: as in `honour`; Release: a drain that finds the claim gone takes the lock,
         // which this guard gives up right after.
         if self.pc.flags.fetch_and(!claim::CLAIMED, Ordering::AcqRel) & claim::REQUEST != 0 {
