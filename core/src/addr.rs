@@ -198,6 +198,7 @@ impl Order {
     ///
     /// # Panics
     /// If `k > MAX_ORDER`; use [`Order::try_new`] for untrusted input.
+    #[inline]
     pub const fn new(k: u8) -> Order {
         match Self::try_new(k) {
             Some(o) => o,

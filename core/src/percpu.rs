@@ -14,20 +14,26 @@
 //!
 //! A CPU's cache is reached in one of two ways. Through its lock (`Shared`), one operation at
 //! a time, by the locked API (`Machine::alloc_cpu`, `free_cpu`). Or through a claim
-//! (`Owned`, behind [`CpuHandle`](crate::CpuHandle)): one atomic sets the cache's `CLAIMED` bit, the claim then
-//! takes the cache lock and holds it until the handle drops, so the handle's operations take no
-//! lock at all. While a handle holds a cache, the locked API of its CPU goes around the cache
+//! (`Owned`, behind [`CpuHandle`](crate::CpuHandle)): one atomic sets the cache's `CLAIMED`
+//! bit, the claim then takes the cache lock and holds it until the handle drops, so the
+//! handle's operations take no lock at all. While a handle holds a cache, the locked API of its CPU goes around the cache
 //! (allocations straight from the zones, frees under the zone lock, as another CPU's would),
 //! and remote drains post a `REQUEST` bit instead of waiting for a lock that may never be given
 //! up. The request and the claim are bits of one atomic, so a drain either sees the claim (and
 //! the handle, at the latest when it drops, sees the request) or sees it gone and drains
 //! directly. The handle honours a request before each operation (one plain load when there is
-//! none) by giving back every pageblock.
+//! none) by giving back every pageblock, and reads the tuning again then.
+//!
+//! A handle's bulk free of frames of its own pageblocks takes the lock of their zone instead
+//! (of each of their zones, in ascending order, as `Machine::free_bulk` does): every other
+//! writer of those bytes holds it, so the bulk checks and frees each frame with a load and a
+//! store, and a refused bulk puts the bytes back before anyone can see them.
 //!
 //! Two promises need care with concurrency:
 //! - *Turning caching off is a barrier.* Every operation reads the tuning under its cache lock
-//!   or claim, and [`Machine::set_pcp`](crate::Machine::set_pcp) gives back every unclaimed
-//!   cache's pageblocks (taking each lock) after storing it, so when it returns no unclaimed CPU
+//!   or claim (a handle when it is claimed and when it honours a request), and
+//!   [`Machine::set_pcp`](crate::Machine::set_pcp) gives back every unclaimed cache's
+//!   pageblocks (taking each lock) after storing it, so when it returns no unclaimed CPU
 //!   holds one and none will. A claimed CPU gives its pageblocks back at its next operation, or
 //!   when its handle drops, whichever comes first, and takes none after that.
 //! - *Cached frames do not make an allocation fail*, with one exception. A walk that failed
@@ -51,9 +57,11 @@ use core::fmt;
 use crate::addr::{Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
 use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
-use crate::error::{ClaimError, FreeError, InvariantError};
+use crate::error::{BulkFreeError, ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
-use crate::node::{Mark, Node, Nodes, Refused, Zone, ZoneKind, count_foreign};
+use crate::node::{
+    Mark, Node, Nodes, Refused, Zone, ZoneFamily, ZoneKind, ZoneSet, count_foreign, zone_index,
+};
 use crate::platform::Poison;
 use crate::stats::{Event, NumaStat, OwnEvents, tally};
 use crate::sync::{
@@ -208,7 +216,8 @@ struct Slot {
     r: PbRef,
     base: Pfn,
     /// The pageblock's frames inside its span, as offsets `lo..hi`: the frames outside may
-    /// belong to another span (of this zone or another), whose frees must go there.
+    /// belong to another span (of this zone or another), whose frees must go there. An empty
+    /// slot (no key) has `lo == hi`, so it holds no frame.
     lo: usize,
     hi: usize,
     /// Offsets of frames known free in the state array (remote frees are found by a rescan).
@@ -233,10 +242,23 @@ impl Slot {
         used: 0,
     };
 
+    /// The offset of `pfn` if it is one of the slot's frames inside its span. A frame below
+    /// the base wraps to an offset far above `hi`.
+    #[inline]
     fn holds(&self, pfn: Pfn) -> Option<usize> {
-        self.key?;
-        let off = usize::try_from(pfn.get().checked_sub(self.base.get())?).ok()?;
-        (self.lo..self.hi).contains(&off).then_some(off)
+        let off = pfn.get().wrapping_sub(self.base.get());
+        (off >= self.lo as u64 && off < self.hi as u64).then_some(off as usize)
+    }
+
+    /// Pushes a frame this CPU just freed onto the stack. The stack is full only if an
+    /// unchecked free broke its contract: the frame then waits in the array for the next
+    /// rescan.
+    #[inline]
+    fn push(&mut self, off: usize) {
+        if let Some(top) = self.stack.get_mut(self.len) {
+            *top = off as u16;
+            self.len += 1;
+        }
     }
 }
 
@@ -249,6 +271,17 @@ struct CpuCache<'a> {
     /// The span this CPU freed into last: frees mostly hit it, and then need no lookup.
     last: Option<LastSpan>,
     clock: u64,
+    /// Local hits a handle's hot paths counted, not yet in `events` (which nothing reads
+    /// while a handle holds the cache); 0 whenever no handle does.
+    hits: u64,
+}
+
+impl CpuCache<'_> {
+    /// The slot holding `pfn` and its offset there.
+    #[inline]
+    fn find(&self, pfn: Pfn) -> Option<(usize, usize)> {
+        (0..SLOTS).find_map(|i| Some((i, self.slots[i].holds(pfn)?)))
+    }
 }
 
 /// A CPU's cache, its state arrays and its node, on cache lines of their own.
@@ -276,6 +309,7 @@ impl<'a> PerCpu<'a> {
                 events,
                 last: None,
                 clock: 0,
+                hits: 0,
             }),
             flags: AtomicU8::new(0),
         }
@@ -308,14 +342,13 @@ fn count(events: &mut [EventLines], cpu_node: NodeId, preferred: NodeId, got: No
     });
 }
 
-/// Counts what [`count`] counts for an allocation that preferred and got the CPU's own node,
-/// not interleaved: a hit, local.
-#[inline]
-fn count_local(events: &mut [EventLines], node: NodeId) {
+/// Counts what [`count`] counts for `n` allocations that preferred and got the CPU's own
+/// node, not interleaved: hits, local.
+fn count_local(events: &mut [EventLines], node: NodeId, n: u64) {
     if let Some(e) = events.get_mut(node.index() / 8) {
         let e = &mut e.0[node.index() % 8];
-        e[Event::Hit.index()] += 1;
-        e[Event::Local.index()] += 1;
+        e[Event::Hit.index()] += n;
+        e[Event::Local.index()] += n;
     }
 }
 
@@ -509,31 +542,71 @@ fn pop_key(pc: &PerCpu<'_>, c: &mut CpuCache<'_>, key: Key, asker: Asker) -> Opt
 /// `true` with it if it may be dirty.
 #[inline]
 fn pop_slot(slot: &mut Slot, states: &SlotStates) -> Option<(Pfn, bool)> {
-    if slot.len == 0 {
-        // Relaxed: the swaps of remote frees are read below with Acquire.
-        if states.remote.swap(0, Ordering::Relaxed) == 0 {
-            return None;
-        }
-        // The stack is empty, so every free byte is one that others freed.
-        for i in 0..FRAMES {
-            // Acquire: pairs with the Release of a remote free's swap, so the frame is
-            // handed out after its last owner's writes.
-            if state::is_free(states.states[i].load(Ordering::Acquire)) {
-                slot.stack[slot.len] = i as u16;
-                slot.len += 1;
-            }
-        }
+    pop_slot_with(slot, states, hand_out)
+}
+
+/// [`pop_slot`], marking the frame handed out with `mark`.
+#[inline]
+fn pop_slot_with(
+    slot: &mut Slot,
+    states: &SlotStates,
+    mark: impl FnOnce(&AtomicU8) -> bool,
+) -> Option<(Pfn, bool)> {
+    if slot.len == 0 && !rescan(slot, states) {
+        return None;
     }
     slot.len = slot.len.checked_sub(1)?;
-    let off = usize::from(slot.stack[slot.len]);
-    // Only the owner changes a free frame's byte, so nothing races this swap but it reads
-    // the frame's dirty state; a free of the frame from now on swaps it back (Relaxed: the
-    // frame's contents are ordered by whoever hands the frame to its next user).
-    let was = states.states[off].swap(state::HELD, Ordering::Relaxed);
-    Some((
-        Pfn::new(slot.base.get() + off as u64),
-        was != state::FREE_CLEAN,
-    ))
+    let off = usize::from(*slot.stack.get(slot.len)?);
+    let dirty = mark(states.states.get(off)?);
+    Some((Pfn::new(slot.base.get() + off as u64), dirty))
+}
+
+/// Marks a free frame of the CPU's own pageblock handed out; `true` if it may be dirty.
+///
+/// Only the owner changes a free frame's byte (remote frees and bulk claims swap handed-out
+/// bytes only), so a load and a plain store do what a swap would, without a locked
+/// instruction. Relaxed: the frame's contents are ordered by whoever hands the frame to its
+/// next user, and a free of it from then on (which that user's hand-over orders after this
+/// store) swaps it back.
+#[inline]
+fn hand_out(byte: &AtomicU8) -> bool {
+    let was = byte.load(Ordering::Relaxed);
+    byte.store(state::HELD, Ordering::Relaxed);
+    was != state::FREE_CLEAN
+}
+
+/// [`hand_out`] on a handle's hot paths, which serve no request for zeroed frames: their
+/// callers need the frame's dirty state only for the `poison` debug mode's check. Other builds
+/// skip the load and say the frame may be dirty. The load is not free: right after the
+/// owner's free of the same frame it waits for that free's compare-and-swap to complete, which
+/// measured about 4 ns of a hot pair.
+#[inline]
+fn hand_out_hot(byte: &AtomicU8) -> bool {
+    if cfg!(feature = "poison") {
+        return hand_out(byte);
+    }
+    // Relaxed: as in `hand_out`.
+    byte.store(state::HELD, Ordering::Relaxed);
+    true
+}
+
+/// Refills an empty stack with the frames others freed into the slot since the last rescan;
+/// `false` if there are none.
+#[cold]
+fn rescan(slot: &mut Slot, states: &SlotStates) -> bool {
+    // Relaxed: the swaps of remote frees are read below with Acquire.
+    if states.remote.swap(0, Ordering::Relaxed) == 0 {
+        return false;
+    }
+    // The stack is empty, so every free byte is one that others freed.
+    for i in 0..FRAMES {
+        // Acquire: pairs with the Release of a remote free's swap, so the frame is handed
+        // out after its last owner's writes.
+        if state::is_free(states.states[i].load(Ordering::Acquire)) {
+            slot.push(i);
+        }
+    }
+    slot.len != 0
 }
 
 /// Gives a slot's pageblock back to its zone.
@@ -541,10 +614,10 @@ fn give_back(slot: &mut Slot, states: &SlotStates, nodes: Nodes<'_>) {
     let Some(key) = slot.key.take() else {
         return;
     };
+    (slot.lo, slot.hi, slot.len) = (0, 0, 0);
     let Some(node) = nodes.get(key.node.index()) else {
         return;
     };
-    slot.len = 0;
     node.zone(key.zone).take_back(slot.r, || planes_of(states));
 }
 
@@ -568,12 +641,69 @@ fn drain_slots(
     frames
 }
 
-/// Where a free from a CPU goes.
-enum Dest<'n> {
-    /// Into one of the CPU's own pageblocks: done.
-    Cached,
-    /// To the frame's zone, under its lock.
-    Zone(&'n Zone),
+/// Frees an order-0 frame of the CPU's own slot, at `off`, into its stack: one swap of its
+/// byte (handed out → free), or with `unchecked` a store. A frame freed dirty is filled
+/// through `poison` first.
+#[inline]
+fn free_own(
+    slot: &mut Slot,
+    states: &SlotStates,
+    off: usize,
+    pfn: Pfn,
+    dirty: bool,
+    unchecked: bool,
+    poison: Poison<'_>,
+) -> Result<(), FreeError> {
+    let byte = states.states.get(off).ok_or(FreeError::Foreign { pfn })?;
+    if dirty && poison.on() {
+        // The `poison` debug mode fills the frame between the check and the swap that makes it
+        // free: a double free is refused before it touches the frame. Only a remote free
+        // (under the zone lock) can change a handed-out frame's byte meanwhile; if it wins,
+        // the swap below refuses this free, whose fill then hit a free frame that only this
+        // CPU, busy here, can hand out again.
+        if !unchecked {
+            // Acquire: as the swap's failure ordering.
+            let found = byte.load(Ordering::Acquire);
+            if found != state::HELD {
+                return Err(misuse(found, pfn, 0));
+            }
+        }
+        poison.fill(pfn, 1);
+    }
+    if unchecked {
+        // Release: as below. The caller guarantees the frame is handed out and that no other
+        // free of it runs, so no other writer races this store.
+        byte.store(freed(dirty), Ordering::Release);
+    } else if let Err(found) = byte.compare_exchange(
+        state::HELD,
+        freed(dirty),
+        // AcqRel: the winner of two frees of one frame is decided here; Release orders the
+        // frame's last writes before its next allocation.
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        return Err(misuse(found, pfn, 0));
+    }
+    slot.push(off);
+    Ok(())
+}
+
+/// The zone a frame outside the CPU's pageblocks goes back to, found through the span the CPU
+/// freed into last (or `locate`, which then replaces it).
+fn zone_of<'n>(
+    c: &mut CpuCache<'_>,
+    pfn: Pfn,
+    nodes: Nodes<'n>,
+    locate: impl FnOnce(Pfn) -> Option<LastSpan>,
+) -> Result<&'n Zone, FreeError> {
+    if !c.last.as_ref().is_some_and(|l| l.range.contains(pfn)) {
+        c.last = Some(locate(pfn).ok_or(FreeError::Foreign { pfn })?);
+    }
+    let last = c.last.ok_or(FreeError::Foreign { pfn })?;
+    Ok(nodes
+        .get(last.node.index())
+        .ok_or(FreeError::Foreign { pfn })?
+        .zone(last.zone))
 }
 
 impl<'a> Caches<'a> {
@@ -657,6 +787,9 @@ impl<'a> Caches<'a> {
             c,
             asking: None,
             hot: None,
+            // Read under the lock: a `set_tuning` that drained this cache before the claim
+            // took it stored its tuning before that drain.
+            high: self.tuning().high as usize,
         })
     }
 
@@ -739,77 +872,6 @@ impl<'a> Caches<'a> {
         Ok(pfn)
     }
 
-    /// Frees an order-0 frame from the CPU whose cache `c` is, dirty or clean: into its own
-    /// pageblock with one swap (or, `unchecked`, one store), or else says which zone takes it.
-    /// A frame freed dirty into its own pageblock is filled through `poison` first.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    fn free_at<'n>(
-        &self,
-        pc: &PerCpu<'_>,
-        c: &mut CpuCache<'_>,
-        pfn: Pfn,
-        nodes: Nodes<'n>,
-        locate: impl FnOnce(Pfn) -> Option<LastSpan>,
-        dirty: bool,
-        unchecked: bool,
-        poison: Poison<'_>,
-    ) -> Result<Dest<'n>, FreeError> {
-        if let Some((i, off)) = (0..SLOTS).find_map(|i| Some((i, c.slots[i].holds(pfn)?))) {
-            let byte = &pc.states[i].states[off];
-            if dirty && poison.on() {
-                // The `poison` debug mode fills the frame between the check and the swap that
-                // makes it free: a double free is refused before it touches the frame. Only a
-                // remote free (under the zone lock) can change a handed-out frame's byte
-                // meanwhile; if it wins, the swap below refuses this free, whose fill then hit
-                // a free frame that only this CPU, busy here, can hand out again.
-                if !unchecked {
-                    // Acquire: as the swap's failure ordering.
-                    let found = byte.load(Ordering::Acquire);
-                    if found != state::HELD {
-                        return Err(misuse(found, pfn, 0));
-                    }
-                }
-                poison.fill(pfn, 1);
-            }
-            if unchecked {
-                // Release: as below. The caller guarantees the frame is handed out and that no
-                // other free of it runs, so no other writer races this store.
-                byte.store(freed(dirty), Ordering::Release);
-            } else if let Err(found) = byte.compare_exchange(
-                state::HELD,
-                freed(dirty),
-                // AcqRel: the winner of two frees of one frame is decided here; Release orders
-                // the frame's last writes before its next allocation.
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                return Err(misuse(found, pfn, 0));
-            }
-            let slot = &mut c.slots[i];
-            // Full only if an unchecked free broke its contract: the frame then waits in the
-            // array for the next rescan.
-            if let Some(top) = slot.stack.get_mut(slot.len) {
-                *top = off as u16;
-                slot.len += 1;
-            }
-            let high = self.caching().map_or(0, |t| t.high as usize);
-            if slot.len > high {
-                give_back(&mut c.slots[i], &pc.states[i], nodes);
-            }
-            return Ok(Dest::Cached);
-        }
-        if !c.last.as_ref().is_some_and(|l| l.range.contains(pfn)) {
-            c.last = Some(locate(pfn).ok_or(FreeError::Foreign { pfn })?);
-        }
-        let last = c.last.ok_or(FreeError::Foreign { pfn })?;
-        let zone = nodes
-            .get(last.node.index())
-            .ok_or(FreeError::Foreign { pfn })?
-            .zone(last.zone);
-        Ok(Dest::Zone(zone))
-    }
-
     /// Frees an order-0 frame from `cpu`, dirty or clean: into its own pageblock with one
     /// swap, or to its zone (under the zone lock) when another CPU holds it or nobody does.
     /// `locate` finds the span of a frame outside the CPU's last one (it takes no lock).
@@ -829,12 +891,26 @@ impl<'a> Caches<'a> {
             .get(cpu.index())
             .ok_or(FreeError::UnknownCpu { cpu: cpu.0 })?;
         let zone = match lock_unclaimed(pc) {
-            Some(mut c) => {
-                match self.free_at(pc, &mut c, pfn, nodes, locate, dirty, false, poison)? {
-                    Dest::Cached => return Ok(()),
-                    Dest::Zone(zone) => zone,
+            // The zone's free runs after the cache lock is given up.
+            Some(mut c) => match c.find(pfn) {
+                None => zone_of(&mut c, pfn, nodes, locate)?,
+                Some((i, off)) => {
+                    free_own(
+                        &mut c.slots[i],
+                        &pc.states[i],
+                        off,
+                        pfn,
+                        dirty,
+                        false,
+                        poison,
+                    )?;
+                    let high = self.caching().map_or(0, |t| t.high as usize);
+                    if c.slots[i].len > high {
+                        give_back(&mut c.slots[i], &pc.states[i], nodes);
+                    }
+                    return Ok(());
                 }
-            }
+            },
             None => {
                 let last = locate(pfn).ok_or(FreeError::Foreign { pfn })?;
                 nodes
@@ -923,7 +999,7 @@ impl<'a> Caches<'a> {
     }
 
     /// Walks every unclaimed CPU's slots: each stack lists distinct frames that are free in
-    /// its state array, inside the pageblock.
+    /// its state array, inside the pageblock, and an empty slot holds no frame.
     pub(crate) fn check(&self) -> Result<(), InvariantError> {
         for pc in self.cpus {
             let Some(c) = lock_unclaimed(pc) else {
@@ -931,6 +1007,10 @@ impl<'a> Caches<'a> {
             };
             for (i, slot) in c.slots.iter().enumerate() {
                 if slot.key.is_none() {
+                    // An empty slot must hold no frame: frees find their slot by range alone.
+                    if slot.lo != slot.hi {
+                        return Err(InvariantError::Pageblock { pfn: slot.base });
+                    }
                     continue;
                 }
                 let states = &pc.states[i];
@@ -954,6 +1034,13 @@ impl<'a> Caches<'a> {
 /// A CPU's cache held by a handle: it holds the cache lock from its claim until it drops, so
 /// its operations take no lock. Remote drains post a request in `flags` that it honours
 /// before each operation (a plain load when there is none) and when it drops.
+///
+/// Its hot paths (`pop_hot`, `pop_run`, `free` of its own frames) touch only the slot they
+/// use, its state byte and the cache's counters, and only read the handle itself: the hot
+/// slot's state array is resolved in [`Hot`], the tuning's `high` is kept here (a new tuning
+/// comes with a request), and the local hits they count go to the cache's events when the
+/// handle drops. A handle written on every operation would share its cache line with a
+/// neighbour's in an array of handles, and two CPUs would fight over it.
 #[derive(Debug)]
 pub(crate) struct Owned<'m, 'a> {
     caches: &'m Caches<'a>,
@@ -965,19 +1052,27 @@ pub(crate) struct Owned<'m, 'a> {
     /// that does not use the hot slot).
     asking: Option<u32>,
     /// Where the last request named `asking` popped a frame of the CPU's own node.
-    hot: Option<Hot>,
+    hot: Option<Hot<'m>>,
+    /// [`PcpConfig::high`] as of the claim or the last request honoured: `set_tuning` posts a
+    /// request after it stores a new tuning, and honouring it reads the tuning again.
+    high: usize,
 }
 
 /// A slot that served a request of the CPU's own node from the walk's fast path: the same
 /// request tries it first next time, with no walk, while the slot still caches that key.
+///
+/// Invariant: `slot` caches `key`, and `states` is its state array. Every path of [`Owned`]
+/// that can give a slot back (honouring a request, a refill, a free above `high`) drops or
+/// checks the hot slot afterwards.
 #[derive(Clone, Copy, Debug)]
-struct Hot {
+struct Hot<'m> {
     slot: usize,
     key: Key,
     asking: u32,
+    states: &'m SlotStates,
 }
 
-impl Owned<'_, '_> {
+impl<'m> Owned<'m, '_> {
     /// The claimed CPU.
     pub(crate) fn cpu(&self) -> CpuId {
         self.cpu
@@ -1006,21 +1101,75 @@ impl Owned<'_, '_> {
     /// The walk's fast path would pop from the same slot: its zone is still the first of the
     /// node with memory for the request (zones gain memory by hot-add, never lose it; a zone
     /// earlier in the list that gains some is used once this slot runs dry).
+    ///
+    /// Whether the frame may be dirty is exact only in the `poison` debug mode; other builds
+    /// say it may be (see `hand_out_hot`), which is always safe to believe.
     #[inline]
     pub(crate) fn pop_hot(&mut self, asking: u32) -> Option<(Pfn, bool)> {
         self.honour();
-        self.asking = Some(asking);
-        let hot = self.hot.filter(|h| h.asking == asking)?;
-        let c = &mut *self.c;
-        let slot = &mut c.slots[hot.slot];
-        if slot.key != Some(hot.key) {
-            self.hot = None;
-            return None;
+        let got = self.hot_frames(asking, |slot, states| {
+            pop_slot_with(slot, states, hand_out_hot).map(|got| (got, 1))
+        });
+        if got.is_none() {
+            // Only the walk reads it: named on the way there, not on every hit.
+            self.asking = Some(asking);
         }
-        let got = pop_slot(slot, &self.pc.states[hot.slot])?;
+        got
+    }
+
+    /// [`Owned::pop_hot`] for up to `out.len()` frames at once: pops a run of the hot slot's
+    /// stack into `out`, each frame through `each` (given the frame and whether it may be
+    /// dirty, as `pop_hot` says it), and returns how many it placed; 0 when the caller must
+    /// walk.
+    #[inline]
+    pub(crate) fn pop_run(
+        &mut self,
+        asking: u32,
+        out: &mut [Pfn],
+        mut each: impl FnMut(Pfn, bool) -> Pfn,
+    ) -> usize {
+        self.honour();
+        let placed = self.hot_frames(asking, |slot, states| {
+            if slot.len == 0 && !rescan(slot, states) {
+                return None;
+            }
+            let n = slot.len.min(out.len());
+            let base = slot.base.get();
+            let run = slot.stack.get(slot.len - n..slot.len)?;
+            // From the top of the stack down, as single pops would take them.
+            let mut placed = 0;
+            for (dst, &off) in out.iter_mut().zip(run.iter().rev()) {
+                let Some(byte) = states.states.get(usize::from(off)) else {
+                    break;
+                };
+                *dst = each(Pfn::new(base + u64::from(off)), hand_out_hot(byte));
+                placed += 1;
+            }
+            slot.len -= placed;
+            Some((placed, placed as u64))
+        });
+        placed.unwrap_or_else(|| {
+            // As in `pop_hot`.
+            self.asking = Some(asking);
+            0
+        })
+    }
+
+    /// Runs `take` on the hot slot if it serves `asking`, then marks the slot used and counts
+    /// the local hits `take` reports.
+    #[inline]
+    fn hot_frames<R>(
+        &mut self,
+        asking: u32,
+        take: impl FnOnce(&mut Slot, &SlotStates) -> Option<(R, u64)>,
+    ) -> Option<R> {
+        let hot = self.hot.as_ref().filter(|h| h.asking == asking)?;
+        let c = &mut *self.c;
+        let slot = c.slots.get_mut(hot.slot)?;
+        let (got, hits) = take(slot, hot.states)?;
         c.clock += 1;
         slot.used = c.clock;
-        count_local(c.events, self.pc.node);
+        c.hits += hits;
         Some(got)
     }
 
@@ -1035,6 +1184,19 @@ impl Owned<'_, '_> {
         // honoured next time.
         self.pc.flags.fetch_and(!claim::REQUEST, Ordering::Acquire);
         drain_slots(self.pc, &mut self.c, self.nodes, |_, _| true);
+        self.hot = None;
+        self.high = self.caches.tuning().high as usize;
+    }
+
+    /// Gives slot `i`'s pageblock back to its zone (its frees left more than `high` free).
+    #[cold]
+    fn give_back_slot(&mut self, i: usize) {
+        if let (Some(slot), Some(states)) = (self.c.slots.get_mut(i), self.pc.states.get(i)) {
+            give_back(slot, states, self.nodes);
+        }
+        if self.hot.as_ref().is_some_and(|h| h.slot == i) {
+            self.hot = None;
+        }
     }
 
     /// Frees an order-0 frame through the cache: see [`Caches::free`]. `unchecked` replaces
@@ -1051,19 +1213,149 @@ impl Owned<'_, '_> {
         poison: Poison<'_>,
     ) -> Result<(), FreeError> {
         self.honour();
-        let (caches, pc, nodes) = (self.caches, self.pc, self.nodes);
-        match caches.free_at(
-            pc,
-            &mut self.c,
+        let Some((i, off, states)) = self.own_slot(pfn) else {
+            return self.free_elsewhere(pfn, locate, dirty, poison);
+        };
+        let Some(slot) = self.c.slots.get_mut(i) else {
+            return Err(FreeError::Foreign { pfn });
+        };
+        free_own(slot, states, off, pfn, dirty, unchecked, poison)?;
+        if slot.len > self.high {
+            self.give_back_slot(i);
+        }
+        Ok(())
+    }
+
+    /// The slot of this CPU's pageblocks that holds `pfn`, the frame's offset there and the
+    /// slot's state array: the hot slot first (frees mostly hit the pageblock allocations
+    /// come from), then the others.
+    #[inline]
+    fn own_slot(&self, pfn: Pfn) -> Option<(usize, usize, &'m SlotStates)> {
+        if let Some(h) = &self.hot
+            && let Some(off) = self.c.slots.get(h.slot).and_then(|s| s.holds(pfn))
+        {
+            return Some((h.slot, off, h.states));
+        }
+        let (i, off) = self.c.find(pfn)?;
+        Some((i, off, self.pc.states.get(i)?))
+    }
+
+    /// A free of a frame outside this CPU's pageblocks: to its zone, under the zone lock.
+    #[inline(never)]
+    fn free_elsewhere(
+        &mut self,
+        pfn: Pfn,
+        locate: impl FnOnce(Pfn) -> Option<LastSpan>,
+        dirty: bool,
+        poison: Poison<'_>,
+    ) -> Result<(), FreeError> {
+        zone_of(&mut self.c, pfn, self.nodes, locate)?.free(
             pfn,
-            nodes,
-            locate,
+            Order::ZERO,
+            self.caches,
             dirty,
-            unchecked,
             poison,
-        )? {
-            Dest::Cached => Ok(()),
-            Dest::Zone(zone) => zone.free(pfn, Order::ZERO, caches, dirty, poison),
+        )
+    }
+
+    /// Frees order-0 frames of this CPU's own pageblocks, dirty, all or none. `Ok(false)`, with
+    /// nothing changed, if one of them is not a frame of its pageblocks: the caller then frees
+    /// them all another way.
+    ///
+    /// It holds the locks of the zones the frames' pageblocks belong to (usually one) while it
+    /// checks and frees the frames: every other writer of a lent frame's byte holds that lock,
+    /// so the bytes change with plain stores, and a refused bulk puts the ones it changed back
+    /// before anyone else can see them. A free of one of the frames racing this call waits for
+    /// the lock and then finds the frame free, or still handed out if the bulk was refused.
+    ///
+    /// # Errors
+    /// A [`BulkFreeError`] naming the first frame that is not handed out (a duplicate within
+    /// `pfns` included); the state is then unchanged.
+    pub(crate) fn free_bulk(
+        &mut self,
+        pfns: &[Pfn],
+        poison: Poison<'_>,
+    ) -> Result<bool, BulkFreeError> {
+        self.honour();
+        let mut used = 0u8;
+        for &pfn in pfns {
+            let Some((i, _, _)) = self.own_slot(pfn) else {
+                return Ok(false);
+            };
+            used |= 1 << i;
+        }
+        let family = ZoneFamily(self.nodes);
+        let mut zones = ZoneSet::new(&family);
+        let mut wanted: [Option<usize>; SLOTS] = core::array::from_fn(|i| {
+            let k = self.c.slots[i].key.filter(|_| used & 1 << i != 0)?;
+            Some(zone_index(k.node, k.zone))
+        });
+        wanted.sort_unstable();
+        let mut last = None;
+        for &z in wanted.iter().flatten() {
+            // Distinct slots may share a zone: it is taken once. A zone that cannot be locked
+            // (none can fail: the slots cache zones of this machine) sends the bulk the other
+            // way, before anything changed.
+            if last != Some(z) && !zones.lock(z) {
+                return Ok(false);
+            }
+            last = Some(z);
+        }
+        let lens: [usize; SLOTS] = core::array::from_fn(|i| self.c.slots[i].len);
+        for (k, &pfn) in pfns.iter().enumerate() {
+            let (i, byte) = match self.own_slot(pfn) {
+                Some((i, off, states)) => (i, states.states.get(off).map(|b| (off, b))),
+                None => (0, None),
+            };
+            // Relaxed: the zone locks held order every other writer of these bytes.
+            let error = match byte.map(|(off, b)| (off, b, b.load(Ordering::Relaxed))) {
+                Some((off, b, state::HELD)) => {
+                    // Release: as a free's swap (the zone lock publishes it too).
+                    b.store(state::FREE_DIRTY, Ordering::Release);
+                    self.c.slots[i].push(off);
+                    continue;
+                }
+                Some((_, _, found)) => match misuse(found, pfn, 0) {
+                    FreeError::DoubleFree { .. } if pfns[..k].contains(&pfn) => {
+                        FreeError::Duplicate { pfn }
+                    }
+                    e => e,
+                },
+                None => FreeError::Foreign { pfn },
+            };
+            self.undo_bulk(&pfns[..k], lens);
+            return Err(BulkFreeError { index: k, error });
+        }
+        drop(zones);
+        // Every frame is free now, and only this CPU, busy here, can hand one out again: the
+        // `poison` debug mode fills them after the last check, so a refused bulk touches none.
+        if poison.on() {
+            for &pfn in pfns {
+                poison.fill(pfn, 1);
+            }
+        }
+        for i in 0..SLOTS {
+            if self.c.slots[i].len > self.high {
+                self.give_back_slot(i);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Puts the frames a refused [`Owned::free_bulk`] freed back to handed out, and its stacks
+    /// back to their lengths `lens`; runs under the zone locks the bulk holds.
+    #[cold]
+    fn undo_bulk(&mut self, done: &[Pfn], lens: [usize; SLOTS]) {
+        for &pfn in done {
+            if let Some((i, off)) = self.c.find(pfn)
+                && let Some(byte) = self.pc.states.get(i).and_then(|s| s.states.get(off))
+            {
+                // Relaxed: under the zone locks, nothing else saw the frame free.
+                byte.store(state::HELD, Ordering::Relaxed);
+            }
+        }
+        for (slot, len) in self.c.slots.iter_mut().zip(lens) {
+            slot.len = len;
         }
     }
 }
@@ -1088,12 +1380,20 @@ impl CacheAccess for Owned<'_, '_> {
             && asker.preferred == node
             && !asker.interleave
         {
+            let states = self.pc.states;
             self.hot = self
                 .c
                 .slots
                 .iter()
                 .position(|s| s.key == Some(key))
-                .map(|slot| Hot { slot, key, asking });
+                .and_then(|slot| {
+                    Some(Hot {
+                        slot,
+                        key,
+                        asking,
+                        states: states.get(slot)?,
+                    })
+                });
         }
         Some(got)
     }
@@ -1101,12 +1401,25 @@ impl CacheAccess for Owned<'_, '_> {
     fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, Refused> {
         self.honour();
         let (caches, pc, cpu) = (self.caches, self.pc, self.cpu);
-        caches.take_at(cpu, pc, &mut self.c, want, nodes, zero)
+        let got = caches.take_at(cpu, pc, &mut self.c, want, nodes, zero);
+        // The refill may have given the hot slot back (to lend that slot another pageblock).
+        if let Some(h) = &self.hot
+            && self
+                .c
+                .slots
+                .get(h.slot)
+                .is_none_or(|s| s.key != Some(h.key))
+        {
+            self.hot = None;
+        }
+        got
     }
 }
 
 impl Drop for Owned<'_, '_> {
     fn drop(&mut self) {
+        let c = &mut *self.c;
+        count_local(c.events, self.pc.node, core::mem::take(&mut c.hits));
         // Acquire: as in `honour`; Release: a drain that finds the claim gone takes the lock,
         // which this guard gives up right after.
         if self.pc.flags.fetch_and(!claim::CLAIMED, Ordering::AcqRel) & claim::REQUEST != 0 {

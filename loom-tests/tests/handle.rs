@@ -3,21 +3,25 @@
 //! its next operation or when its handle drops), a remote free of the owner's frame racing the
 //! owner's own free of it (one compare-and-swap of the frame's state byte each: exactly one
 //! wins), and the unchecked free's contract (a frame the owner frees with a plain store, while
-//! another CPU frees a different frame of the same pageblock).
+//! another CPU frees a different frame of the same pageblock). Then the handle's bulks: a bulk
+//! free (under its frames' zone lock) racing a remote free of one of its frames (all or
+//! nothing, one winner), a bulk
+//! allocation's run beside a remote free, and a new tuning racing a claim (the handle keeps
+//! the tuning's `high` and reads it again when it claims or honours a request).
 //!
 //! Each model says what it costs, measured with `LOOM_MAX_PREEMPTIONS=3`.
 #![cfg(numaframe_loom)]
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
-use numaframe::{AllocFlags, ClaimError, FreeError, NodeId, Order, PcpConfig, Pfn};
+use numaframe::{AllocFlags, BulkFreeError, ClaimError, FreeError, NodeId, Order, PcpConfig, Pfn};
 use numaframe_loom::{Steps, Tiny, assert_all_free, model, model_up_to, race, spawn};
 
 const N0: NodeId = NodeId::new(0);
 
 /// Two threads claim CPU 0 at once and, if they get it, allocate and free through it: at most
 /// one handle lives at any time, a failed claim is `Claimed`, at least one claim wins, and once
-/// both are done the CPU can be claimed again. Every interleaving at three preemptions: 98
+/// both are done the CPU can be claimed again. Every interleaving at three preemptions: 133
 /// executions.
 #[test]
 fn one_claim_wins() {
@@ -50,8 +54,8 @@ fn one_claim_wins() {
 
 /// The owner claims CPU 0, allocates (its zone lends it the node's pageblock), frees, allocates
 /// and frees again, allocates a third time (from the slot the second allocation popped from,
-/// with no walk) and drops its handle while another thread drains CPU 0: every frame is in the cache,
-/// the zone or the owner's hands, never two of them and never lost.
+/// with no walk) and drops its handle while another thread drains CPU 0: every frame is in the
+/// cache, the zone or the owner's hands, never two of them and never lost.
 ///
 /// Every interleaving at three preemptions: 69 executions, well under a second.
 #[test]
@@ -169,8 +173,8 @@ fn remote_free_races_owner_free_of_one_frame() {
 /// failing walk made the owner give its pageblock back) or nothing, if `q` was not freed yet;
 /// afterwards every frame is free exactly once.
 ///
-/// Two preemptions: 1,234 executions, 7 s on a loaded 2-core machine (three: 9,375
-/// executions, 48 s).
+/// Two preemptions: 1,254 executions, 5 s on a loaded 2-core machine (three: 9,518
+/// executions, 39 s).
 #[test]
 fn unchecked_free_beside_a_remote_free() {
     model_up_to(2, || {
@@ -209,6 +213,157 @@ fn unchecked_free_beside_a_remote_free() {
         for f in held.iter().filter(|&&f| f != q).chain(second.iter()) {
             m.free(*f, Order::ZERO).expect("a held frame, freed once");
         }
+        assert_all_free(&m);
+    });
+}
+
+/// A handle's bulk free of two of its own frames, `p` then `q`, races another CPU's free of `q`
+/// (a caller bug). The bulk holds the frames' zone lock, which the remote free takes too, and
+/// frees with plain stores: exactly one call frees `q`. Either the bulk wins and the remote
+/// free gets `DoubleFree`, or the remote free wins and the bulk is refused at index 1 with `p`
+/// put back to handed out (it frees once afterwards).
+///
+/// Every interleaving at three preemptions: 46 executions.
+#[test]
+fn bulk_free_races_remote_free_of_one_frame() {
+    model(|| {
+        let m =
+            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let c0 = m.cpu(0).expect("cpu 0");
+        let take = || {
+            m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+                .expect("memory")
+        };
+        let (p, q) = (take(), take());
+        let (remote, bulk) = race(
+            {
+                let m = m.clone();
+                move || {
+                    let mut h = m.claim_cpu(c0).expect("unclaimed");
+                    h.free_bulk(&[p, q])
+                }
+            },
+            || m.free_cpu(m.cpu(1).expect("cpu 1"), q, Order::ZERO),
+        );
+        match (remote, bulk) {
+            (Ok(()), Err(e)) => {
+                assert_eq!(
+                    e,
+                    BulkFreeError {
+                        index: 1,
+                        error: FreeError::DoubleFree { pfn: q }
+                    }
+                );
+                m.free(p, Order::ZERO).expect("p stayed handed out");
+            }
+            (Err(e), Ok(())) => assert_eq!(e, FreeError::DoubleFree { pfn: q }),
+            other => panic!("exactly one free of q wins: {other:?}"),
+        }
+        assert_all_free(&m);
+    });
+}
+
+/// A handle's bulk allocation takes a run of its hot pageblock's frames (a load and a plain
+/// store of each byte) while another CPU frees a frame `q` of that pageblock: the run and a
+/// later allocation never hand out a frame that is still held, and `q` comes back at most once.
+/// CPU 0 holds the node's one pageblock with every frame handed out; the owner frees `p` and
+/// allocates it again (which makes the slot hot), frees `p` and `r` in one bulk, allocates two
+/// frames in one bulk (a run of `p` and `r`), then allocates once more (`q`, or nothing if `q`
+/// was not freed yet).
+///
+/// Two preemptions: 1,250 executions, 5 s on a loaded 2-core machine (three: 9,456
+/// executions, 32 s).
+#[test]
+fn alloc_bulk_beside_a_remote_free() {
+    model_up_to(2, || {
+        let m =
+            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let c0 = m.cpu(0).expect("cpu 0");
+        let all = m.node(N0).expect("node 0").free_pages();
+        let held: Vec<Pfn> = (0..all)
+            .map(|_| {
+                m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+                    .expect("memory")
+            })
+            .collect();
+        let (p, q, r) = (held[0], held[1], held[2]);
+        let steps = Arc::new(Steps::default());
+        let owner = {
+            let (m, steps) = (m.clone(), steps.clone());
+            spawn(move || {
+                let mut h = m.claim_cpu(c0).expect("unclaimed");
+                // The first allocation walks and makes the pageblock's slot hot.
+                h.free(p, Order::ZERO).expect("own frame");
+                let first = h.alloc(Order::ZERO, AllocFlags::empty());
+                h.free_bulk(&[p, r]).expect("own frames");
+                steps.next();
+                let mut run = [Pfn::new(0); 2];
+                let got = h.alloc_bulk(AllocFlags::empty(), &mut run);
+                steps.next();
+                (first, got, run, h.alloc(Order::ZERO, AllocFlags::empty()))
+            })
+        };
+        steps.next();
+        m.free_cpu(m.cpu(1).expect("cpu 1"), q, Order::ZERO)
+            .expect("CPU 0's frame, freed once");
+        let (first, got, run, last) = owner.join().expect("owner");
+        assert_eq!(first, Some(p), "LIFO");
+        assert_eq!(got, 2);
+        let mut sorted = run;
+        sorted.sort();
+        let mut want = [p, r];
+        want.sort();
+        assert_eq!(sorted, want, "the run is the two frames freed");
+        assert!(last.is_none_or(|l| l == q), "only q was free: {last:?}");
+        m.check_invariants().expect("invariants");
+        for f in held.iter().filter(|&&f| f != q).chain(last.iter()) {
+            m.free(*f, Order::ZERO).expect("a held frame, freed once");
+        }
+        assert_all_free(&m);
+    });
+}
+
+/// A new tuning races a claim: `set_pcp` with at most one free frame per pageblock, while
+/// another thread claims CPU 0. Once both are done, the handle follows the new tuning: it
+/// allocates a frame (its zone lends it the pageblock) and frees it, and that free leaves two
+/// free frames, more than `high`, so the pageblock goes back. The handle read the tuning when it
+/// claimed the cache after the drain, or honours the drain's request before its allocation.
+///
+/// Every interleaving at three preemptions: 212 executions.
+#[test]
+fn a_new_tuning_reaches_a_claim_it_races() {
+    model(|| {
+        let m = Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], PcpConfig::default()));
+        let before = m.node(N0).expect("node 0").free_pages();
+        let c0 = m.cpu(0).expect("cpu 0");
+        // 1: the claim returned; 2: `set_pcp` returned.
+        let phase = Arc::new(AtomicUsize::new(0));
+        let owner = {
+            let (m, phase) = (m.clone(), phase.clone());
+            spawn(move || {
+                let mut h = m.claim_cpu(c0).expect("unclaimed");
+                // Release/Acquire: the main thread waits for the claim before it says
+                // `set_pcp` returned.
+                phase.store(1, Ordering::Release);
+                while phase.load(Ordering::Acquire) != 2 {
+                    loom::thread::yield_now();
+                }
+                let p = h.alloc(Order::ZERO, AllocFlags::empty()).expect("memory");
+                let held = m.node(N0).expect("node 0").free_pages();
+                h.free(p, Order::ZERO).expect("own frame");
+                let after = m.node(N0).expect("node 0").free_pages();
+                drop(h);
+                (held, after)
+            })
+        };
+        m.set_pcp(PcpConfig { batch: 1, high: 1 });
+        while phase.load(Ordering::Acquire) != 1 {
+            loom::thread::yield_now();
+        }
+        phase.store(2, Ordering::Release);
+        let (held, after) = owner.join().expect("owner");
+        assert!(held < before - 1, "the allocation was lent a pageblock");
+        assert_eq!(after, before, "the free gave the pageblock back");
         assert_all_free(&m);
     });
 }

@@ -112,15 +112,18 @@ enum Path {
     Bulk,
     /// A claimed CPU's handle (`Machine::claim_cpu`): its hot slot, refilled from the zone.
     Handle,
+    /// `CpuHandle::alloc_bulk`: runs off the hot slot's stack.
+    HandleBulk,
     /// `TaskPolicy::alloc` under an interleave policy.
     Interleave,
 }
 
-const PATHS: [Path; 5] = [
+const PATHS: [Path; 6] = [
     Path::Walk,
     Path::Cpu,
     Path::Bulk,
     Path::Handle,
+    Path::HandleBulk,
     Path::Interleave,
 ];
 
@@ -143,6 +146,18 @@ fn take_all(m: &Machine<'_>, path: Path, flags: AllocFlags) -> Vec<Pfn> {
                 let mut h = m.claim_cpu(cpu).unwrap();
                 while let Some(p) = h.alloc(Order::ZERO, flags) {
                     got.push(p);
+                }
+                break;
+            }
+            Path::HandleBulk => {
+                let mut h = m.claim_cpu(cpu).unwrap();
+                let mut out = [Pfn::new(0); 64];
+                loop {
+                    let n = h.alloc_bulk(flags, &mut out);
+                    got.extend_from_slice(&out[..n]);
+                    if n == 0 {
+                        break;
+                    }
                 }
                 break;
             }
@@ -278,15 +293,18 @@ enum Free {
     Handle,
     /// `Machine::free_bulk` of frames from the zone and from the CPU's cache.
     Bulk,
+    /// `CpuHandle::free_bulk` of frames of the CPU's own pageblock.
+    HandleBulk,
 }
 
-const FREES: [Free; 6] = [
+const FREES: [Free; 7] = [
     Free::Zone,
     Free::Block,
     Free::Remote,
     Free::Cpu,
     Free::Handle,
     Free::Bulk,
+    Free::HandleBulk,
 ];
 
 /// Takes frames for `free` to free, and writes each of them whole, as their owner would.
@@ -302,7 +320,7 @@ fn own(m: &Machine<'_>, mem: &SimMemory, free: Free) -> Vec<Pfn> {
             (0..8).map(|i| Pfn::new(p.get() + i)).collect()
         }
         Free::Remote | Free::Cpu => (0..4).map(|_| cached()).collect(),
-        Free::Handle => {
+        Free::Handle | Free::HandleBulk => {
             let mut h = m.claim_cpu(cpu).unwrap();
             (0..4)
                 .map(|_| h.alloc(Order::ZERO, flags).unwrap())
@@ -331,6 +349,11 @@ fn release(m: &Machine<'_>, free: Free, frames: &[Pfn]) -> Result<(), FreeError>
             frames.iter().try_for_each(|&p| h.free(p, Order::ZERO))
         }
         Free::Bulk => m.free_bulk(frames).map_err(|e| e.error),
+        Free::HandleBulk => m
+            .claim_cpu(cpu)
+            .unwrap()
+            .free_bulk(frames)
+            .map_err(|e| e.error),
     }
 }
 

@@ -4,14 +4,19 @@
 //! The handle holds the cache for as long as it lives ([`Owned`]): its allocations and frees
 //! of order 0 pop from and push to the CPU's pageblocks with no lock and, on a free, the one
 //! compare-and-swap of the frame's state byte that also decides a race with a remote free of
-//! the same frame. Remote drains of a claimed CPU become requests it honours before its next
-//! operation or when it drops (see `percpu`).
+//! the same frame (an allocation is a plain store of that byte). Bulks take runs off the hot
+//! pageblock's stack, and free frames of the CPU's own pageblocks under their zone's lock with
+//! a plain store each. Remote drains of a claimed CPU become requests it honours before its
+//! next operation or when it drops (see `percpu`).
+//!
+//! The order-0 paths are `#[inline]`, so that a caller in another crate runs them without a
+//! call; the walk, a refill and a free outside the CPU's pageblocks stay out of line.
 #![deny(unsafe_code)]
 
 use super::{AllocFlags, Machine, Request};
 use crate::addr::{Order, Pfn};
 use crate::buddy::Got;
-use crate::error::{ClaimError, FreeError};
+use crate::error::{BulkFreeError, ClaimError, FreeError};
 use crate::percpu::{CpuId, Owned};
 
 /// A CPU's cache, held exclusively: get one from [`Machine::claim_cpu`]. Dropping it gives the
@@ -48,15 +53,21 @@ impl CpuHandle<'_, '_> {
     /// [`Machine::alloc_cpu`] through the held cache: a block of `order` preferring the CPU's
     /// node, from the cache for order 0. `None` when memory runs out.
     #[must_use = "dropping the frame leaks it"]
+    #[inline]
     pub fn alloc(&mut self, order: Order, flags: AllocFlags) -> Option<Pfn> {
-        // A frame needing zeroing takes the walk, which clears it; `zeroed` runs the `poison`
-        // debug mode's check here too.
+        // A frame needing zeroing takes the walk, which clears it.
         if order == Order::ZERO
             && !flags.contains(AllocFlags::ZERO)
             && let Some((pfn, dirty)) = self.own.pop_hot(flags.bits())
         {
-            return Some(self.machine.zeroed(flags, 1, Got::one(pfn, dirty)));
+            return Some(popped(self.machine, flags, pfn, dirty));
         }
+        self.alloc_walk(order, flags)
+    }
+
+    /// [`CpuHandle::alloc`] through the walk: the hot slot had no frame for the request.
+    #[inline(never)]
+    fn alloc_walk(&mut self, order: Order, flags: AllocFlags) -> Option<Pfn> {
         if order != Order::ZERO || flags.contains(AllocFlags::ZERO) {
             self.own.ask_other();
         }
@@ -66,22 +77,38 @@ impl CpuHandle<'_, '_> {
     }
 
     /// Fills `out` with order-0 frames through the held cache; returns how many it placed
-    /// (short only when memory runs out).
+    /// (short only when memory runs out). Runs of frames come off the hot pageblock's stack
+    /// at once; the walk refills it between runs.
     #[must_use = "dropping the frames leaks them"]
     pub fn alloc_bulk(&mut self, flags: AllocFlags, out: &mut [Pfn]) -> usize {
-        for (n, slot) in out.iter_mut().enumerate() {
-            match self.alloc(Order::ZERO, flags) {
-                Some(pfn) => *slot = pfn,
-                None => return n,
+        let m = self.machine;
+        let mut n = 0;
+        while let Some(rest) = out.get_mut(n..).filter(|r| !r.is_empty()) {
+            if !flags.contains(AllocFlags::ZERO) {
+                let run = self.own.pop_run(flags.bits(), rest, |pfn, dirty| {
+                    popped(m, flags, pfn, dirty)
+                });
+                if run > 0 {
+                    n += run;
+                    continue;
+                }
+            }
+            match self.alloc_walk(Order::ZERO, flags) {
+                Some(pfn) => {
+                    rest[0] = pfn;
+                    n += 1;
+                }
+                None => break,
             }
         }
-        out.len()
+        n
     }
 
     /// [`Machine::free_cpu`] through the held cache.
     ///
     /// # Errors
     /// The errors of [`Machine::free`]; the state is then unchanged.
+    #[inline]
     pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         self.free_as(pfn, order, true)
     }
@@ -90,22 +117,46 @@ impl CpuHandle<'_, '_> {
     ///
     /// # Errors
     /// As [`CpuHandle::free`]; the state is then unchanged.
+    #[inline]
     pub fn free_clean(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         self.free_as(pfn, order, false)
     }
 
     #[inline]
     fn free_as(&mut self, pfn: Pfn, order: Order, dirty: bool) -> Result<(), FreeError> {
-        let m = self.machine;
         if order != Order::ZERO {
-            return if dirty {
-                m.free(pfn, order)
-            } else {
-                m.free_clean(pfn, order)
-            };
+            return self.free_block(pfn, order, dirty);
         }
+        let m = self.machine;
         self.own
             .free(pfn, |pfn| m.locate(pfn), dirty, false, m.poison())
+    }
+
+    /// A block of order 1 or more: straight to its zone, as [`Machine::free`] frees it.
+    #[inline(never)]
+    fn free_block(&self, pfn: Pfn, order: Order, dirty: bool) -> Result<(), FreeError> {
+        if dirty {
+            self.machine.free(pfn, order)
+        } else {
+            self.machine.free_clean(pfn, order)
+        }
+    }
+
+    /// [`Machine::free_bulk`] through the held cache: order-0 frames, all freed or none.
+    /// When every frame is of this CPU's own pageblocks, the bulk holds their zone's lock (the
+    /// one remote frees of them take) once and frees each with a plain store of its state
+    /// byte; otherwise the slice goes to [`Machine::free_bulk`].
+    ///
+    /// # Errors
+    /// A [`BulkFreeError`] with the index of the first offending frame and the reason (a
+    /// duplicate within `pfns` is [`FreeError::Duplicate`]); the state is then unchanged.
+    pub fn free_bulk(&mut self, pfns: &[Pfn]) -> Result<(), BulkFreeError> {
+        let m = self.machine;
+        if self.own.free_bulk(pfns, m.poison())? {
+            Ok(())
+        } else {
+            m.free_bulk(pfns)
+        }
     }
 
     /// [`CpuHandle::free`] of an order-0 frame without the double-free check: a frame of one
@@ -125,9 +176,22 @@ impl CpuHandle<'_, '_> {
     /// 2. no other free of `pfn` (from any thread or API) runs before this one returns, or at
     ///    all until `pfn` is allocated again.
     #[allow(unsafe_code)]
+    #[inline]
     pub unsafe fn free_unchecked(&mut self, pfn: Pfn) -> Result<(), FreeError> {
         let m = self.machine;
         self.own
             .free(pfn, |pfn| m.locate(pfn), true, true, m.poison())
+    }
+}
+
+/// A frame popped from the cache for a request without [`AllocFlags::ZERO`]. Without ZERO,
+/// [`Machine::zeroed`] clears nothing and only checks the frame in the `poison` debug mode, so
+/// other builds skip the call (and its frame record) on the hot path.
+#[inline]
+fn popped(m: &Machine<'_>, flags: AllocFlags, pfn: Pfn, dirty: bool) -> Pfn {
+    if cfg!(feature = "poison") {
+        m.zeroed(flags, 1, Got::one(pfn, dirty))
+    } else {
+        pfn
     }
 }

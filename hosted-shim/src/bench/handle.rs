@@ -7,7 +7,7 @@ use numaframe::{AllocFlags, CpuHandle, Machine, Order, Pfn};
 use super::Frames;
 
 /// A CPU's handle as [`Frames`]: `CpuHandle::alloc` / `free` (or `free_unchecked`), and
-/// `CpuHandle::alloc_bulk` for bulks.
+/// `CpuHandle::alloc_bulk` / `free_bulk` for bulks.
 #[derive(Debug)]
 pub struct NumaHandle<'m, 'a> {
     handle: CpuHandle<'m, 'a>,
@@ -64,5 +64,10 @@ impl Frames for NumaHandle<'_, '_> {
     }
     fn alloc_bulk(&mut self, out: &mut [Pfn]) -> usize {
         self.handle.alloc_bulk(AllocFlags::empty(), out)
+    }
+    fn free_bulk(&mut self, frames: &[Pfn]) {
+        self.handle
+            .free_bulk(frames)
+            .expect("numaframe refused frames it handed out");
     }
 }
