@@ -269,6 +269,16 @@ enum Origin {
     Slab(PhysRange),
 }
 
+impl PlaneRef {
+    /// The slab kind and the slot the planes occupy.
+    fn slot(self) -> (Short, NonNull<u8>) {
+        match self {
+            PlaneRef::Single(p) => (Short::Singles, p.cast()),
+            PlaneRef::Pair(p) => (Short::Pairs, p.cast()),
+        }
+    }
+}
+
 // SAFETY: the handles point into metadata memory that lives as long as the machine and is only
 // reached through the `ZoneMeta` of its zone, behind the zone's lock.
 unsafe impl Send for PlaneRef {}
@@ -566,15 +576,20 @@ struct Slabs {
     partial: Option<NonNull<SlabHead>>,
     /// The wholly free slabs of the zone's frames.
     empty: Option<NonNull<SlabHead>>,
+    /// The slabs of the zone's frames with every slot in use.
+    full: Option<NonNull<SlabHead>>,
     /// The free slots of them all.
     free: u64,
 }
 
-/// The head of a plane slab, in its first slot.
+/// The head of a plane slab, in its first slots. The owner index follows it: one `u32` per
+/// slot, the packed [`PbRef`] of the pageblock whose planes the slot holds ([`NIL`] for a free
+/// slot), so that any plane of the slab can be moved (its owner repointed) and a slab emptied.
 struct SlabHead {
     next: Option<NonNull<SlabHead>>,
     prev: Option<NonNull<SlabHead>>,
-    /// Bit `i` set: slot `i` is in use (bit 0 is this head).
+    /// Bit `i` set: slot `i` is in use (the first [`Pool::head_slots`] hold this head and the
+    /// owner index).
     used: u64,
     /// The slab's frames; `None` for a seed slab, which stays in its span's region.
     slab: Option<PhysRange>,
@@ -594,9 +609,11 @@ struct Retired {
 }
 
 const _: () = {
-    // A slab head fits in the first slot of either kind, and a slab has at most 64 slots.
-    assert!(size_of::<SlabHead>() <= size_of::<UnsafeCell<Plane>>());
+    // A slab head and its owner index leave most of a slab's slots to planes, and a slab has
+    // at most 64 slots; the owner index is aligned for its `u32`s.
+    assert!(Pool::head_slots(Short::Singles) <= 5 && Pool::head_slots(Short::Pairs) <= 2);
     assert!(PAGE_SIZE as usize / size_of::<UnsafeCell<Plane>>() <= 64);
+    assert!(size_of::<SlabHead>().is_multiple_of(align_of::<u32>()));
     assert!(size_of::<FreeArray>() <= ARRAY_BYTES && size_of::<Retired>() <= ARRAY_BYTES);
     assert!(size_of::<Retired>() <= size_of::<UnsafeCell<Plane>>());
 };
@@ -623,6 +640,7 @@ enum List {
     Seeds,
     Partial,
     Empty,
+    Full,
 }
 
 /// Who asks the pool: its own growth may use the reserve, everyone else may not.
@@ -660,22 +678,69 @@ impl Pool {
     }
 
     /// The bytes of one slot of a plane kind.
-    fn slot_bytes(kind: Short) -> usize {
+    const fn slot_bytes(kind: Short) -> usize {
         match kind {
             Short::Pairs => size_of::<UnsafeCell<[Plane; 2]>>(),
             Short::Singles | Short::Arrays => size_of::<UnsafeCell<Plane>>(),
         }
     }
 
+    /// Slots of a plane slab of `kind`.
+    const fn slots(kind: Short) -> usize {
+        PAGE_SIZE as usize / Self::slot_bytes(kind)
+    }
+
+    /// The first slots of a plane slab, which hold its head and owner index.
+    const fn head_slots(kind: Short) -> usize {
+        (size_of::<SlabHead>() + Self::slots(kind) * size_of::<u32>())
+            .div_ceil(Self::slot_bytes(kind))
+    }
+
+    /// `used` of a plane slab with no plane in it: the head's slots.
+    fn head_mask(kind: Short) -> u64 {
+        u64::MAX >> (64 - Self::head_slots(kind))
+    }
+
     /// `used` of a plane slab with every slot in use.
     fn full(kind: Short) -> u64 {
-        let slots = PAGE_SIZE as usize / Self::slot_bytes(kind);
-        u64::MAX >> (64 - slots)
+        u64::MAX >> (64 - Self::slots(kind))
     }
 
     /// Objects of one plane slab of `kind` (its slots but the head's).
     fn per_slab(kind: Short) -> u64 {
-        Self::full(kind).count_ones() as u64 - 1
+        (Self::slots(kind) - Self::head_slots(kind)) as u64
+    }
+
+    /// The owner index of the slab `head` heads.
+    fn owners(head: NonNull<SlabHead>) -> NonNull<u32> {
+        // SAFETY: the index follows the head inside the slab's page (`head_slots`), aligned
+        // for `u32` (checked at compile time above).
+        unsafe { head.add(1) }.cast::<u32>()
+    }
+
+    /// The head of the plane slab slot `p` lies in, and the slot's number.
+    fn head_of(kind: Short, p: NonNull<u8>) -> (NonNull<SlabHead>, usize) {
+        let off = p.as_ptr().addr() % PAGE_SIZE as usize;
+        // SAFETY: `p` is a slot of a plane slab of this pool, `off` bytes into its page, whose
+        // first slot holds its head.
+        let head = unsafe { p.byte_sub(off) }.cast::<SlabHead>();
+        (head, off / Self::slot_bytes(kind))
+    }
+
+    /// Records that plane slot `p` of `kind` holds the planes of `owner` (a packed [`PbRef`],
+    /// or [`NIL`] for none).
+    fn set_owner(kind: Short, p: NonNull<u8>, owner: u32) {
+        let (head, slot) = Self::head_of(kind, p);
+        // SAFETY: `slot` is below the slab's slot count, so inside the owner index, which only
+        // this pool reaches.
+        unsafe { Self::owners(head).add(slot).write(owner) };
+    }
+
+    /// The owner of plane slot `p` of `kind` (a packed [`PbRef`], or [`NIL`]).
+    fn owner(kind: Short, p: NonNull<u8>) -> u32 {
+        let (head, slot) = Self::head_of(kind, p);
+        // SAFETY: as in `set_owner`; the index was written when the slab joined the pool.
+        unsafe { Self::owners(head).add(slot).read() }
     }
 
     fn slabs(&mut self, kind: Short) -> &mut Slabs {
@@ -691,6 +756,7 @@ impl Pool {
             List::Seeds => &mut s.seeds,
             List::Partial => &mut s.partial,
             List::Empty => &mut s.empty,
+            List::Full => &mut s.full,
         }
     }
 
@@ -746,15 +812,18 @@ impl Pool {
         match what {
             Short::Singles | Short::Pairs => {
                 let head = ptr.cast::<SlabHead>();
-                // SAFETY: the caller's guarantee: the page is ours, and its first slot holds a
-                // head at its alignment (checked at compile time above).
+                // SAFETY: the caller's guarantee: the page is ours, and its first slots hold a
+                // head at its alignment and its owner index (checked at compile time above).
                 unsafe {
                     head.write(SlabHead {
                         next: None,
                         prev: None,
-                        used: 1,
+                        used: Self::head_mask(what),
                         slab,
-                    })
+                    });
+                    for i in 0..Self::slots(what) {
+                        Self::owners(head).add(i).write(NIL);
+                    }
                 };
                 let list = if slab.is_some() {
                     List::Empty
@@ -918,6 +987,7 @@ impl Pool {
         };
         if used == Self::full(kind) && list != List::Seeds {
             self.unlink(kind, List::Partial, head);
+            self.link(kind, List::Full, head);
         }
         // SAFETY: the slot lies inside the slab's page (see above).
         unsafe { head.cast::<u8>().add(slot * Self::slot_bytes(kind)) }
@@ -934,12 +1004,10 @@ impl Pool {
     /// Gives slot `p` of a `kind` plane slab back; a slab of the zone's frames left wholly free
     /// moves to the empty list.
     fn put_slot(&mut self, kind: Short, p: NonNull<u8>) {
-        let off = p.as_ptr().addr() % PAGE_SIZE as usize;
-        // SAFETY: `p` is a slot of a plane slab of this pool, `off` bytes into its page, whose
-        // first slot holds its head.
-        let head = unsafe { p.byte_sub(off) }.cast::<SlabHead>();
-        let bit = 1u64 << (off / Self::slot_bytes(kind));
-        // SAFETY: as above.
+        Self::set_owner(kind, p, NIL);
+        let (head, slot) = Self::head_of(kind, p);
+        let bit = 1u64 << slot;
+        // SAFETY: `head` heads a live plane slab of this pool.
         let (was, slab) = unsafe {
             let h = head.as_ptr();
             let was = (*h).used;
@@ -949,9 +1017,10 @@ impl Pool {
         self.slabs(kind).free += 1;
         if slab.is_some() {
             if was == Self::full(kind) {
+                self.unlink(kind, List::Full, head);
                 self.link(kind, List::Partial, head);
             }
-            if was & !bit == 1 {
+            if was & !bit == Self::head_mask(kind) {
                 self.unlink(kind, List::Partial, head);
                 self.link(kind, List::Empty, head);
             }
@@ -1065,22 +1134,28 @@ impl Pool {
         unsafe { self.push_array(a.ptr.cast(), slab) };
     }
 
-    /// Planes holding `alloc` (and `extra`, for a pair).
-    fn take_planes(&mut self, alloc: Plane, extra: Option<Plane>, need: Need) -> Option<PlaneRef> {
+    /// Planes holding `alloc` (and `extra`, for a pair), owned by pageblock `owner`.
+    fn take_planes(
+        &mut self,
+        alloc: Plane,
+        extra: Option<Plane>,
+        need: Need,
+        owner: PbRef,
+    ) -> Option<PlaneRef> {
         Some(match extra {
             None => {
-                let p = self
-                    .take_slot(Short::Singles, need)?
-                    .cast::<UnsafeCell<Plane>>();
+                let slot = self.take_slot(Short::Singles, need)?;
+                Self::set_owner(Short::Singles, slot, owner.pack());
+                let p = slot.cast::<UnsafeCell<Plane>>();
                 // SAFETY: the slot is ours now, sized and aligned for a plane, and seen by
                 // nothing else.
                 unsafe { p.write(UnsafeCell::new(alloc)) };
                 PlaneRef::Single(p)
             }
             Some(x) => {
-                let p = self
-                    .take_slot(Short::Pairs, need)?
-                    .cast::<UnsafeCell<[Plane; 2]>>();
+                let slot = self.take_slot(Short::Pairs, need)?;
+                Self::set_owner(Short::Pairs, slot, owner.pack());
+                let p = slot.cast::<UnsafeCell<[Plane; 2]>>();
                 // SAFETY: as above, for a pair.
                 unsafe { p.write(UnsafeCell::new([alloc, x])) };
                 PlaneRef::Pair(p)
@@ -1106,15 +1181,17 @@ impl Pool {
                 // SAFETY: the lists hold live slab heads of this pool; `&self` excludes writes.
                 let x = unsafe { h.as_ref() };
                 let full = Self::full(kind);
+                let head = Self::head_mask(kind);
                 let shape = match list {
                     List::Seeds => x.slab.is_none(),
-                    List::Partial => x.slab.is_some() && x.used != 1 && x.used != full,
-                    List::Empty => x.slab.is_some() && x.used == 1,
+                    List::Partial => x.slab.is_some() && x.used != head && x.used != full,
+                    List::Empty => x.slab.is_some() && x.used == head,
+                    List::Full => x.slab.is_some() && x.used == full,
                 };
-                if !shape || x.used & 1 == 0 || x.used & !full != 0 || x.prev != prev {
+                if !shape || x.used & head != head || x.used & !full != 0 || x.prev != prev {
                     return None;
                 }
-                free += Self::per_slab(kind) + 1 - u64::from(x.used.count_ones());
+                free += Self::slots(kind) as u64 - u64::from(x.used.count_ones());
                 (prev, cur) = (Some(h), x.next);
             }
             Some(free)
@@ -1123,10 +1200,12 @@ impl Pool {
             let seeds = walk(kind, s.seeds, List::Seeds);
             let partial = walk(kind, s.partial, List::Partial);
             let empty = walk(kind, s.empty, List::Empty);
+            let full = walk(kind, s.full, List::Full);
             seeds
                 .zip(partial)
                 .zip(empty)
-                .is_some_and(|((a, b), c)| a + b + c == s.free)
+                .zip(full)
+                .is_some_and(|(((a, b), c), d)| a + b + c + d == s.free)
         };
         let count = |mut cur: Option<NonNull<FreeArray>>| {
             let mut n = 0u64;
@@ -1467,7 +1546,7 @@ impl ZoneMeta {
         } else {
             Short::Singles
         };
-        let new = self.pool.take_planes(alloc, extra, need).ok_or(short)?;
+        let new = self.pool.take_planes(alloc, extra, need, r).ok_or(short)?;
         if let Some(old) = self.plane_ref(r) {
             self.pool.put_planes(old);
         }
@@ -1491,6 +1570,7 @@ impl ZoneMeta {
         let Some(q) = self.pool.take_slot_outside(kind, away) else {
             return;
         };
+        Pool::set_owner(kind, q, r.pack());
         // SAFETY: `old` is held by `r`'s live header and `q` is a slot of this pool's, free and
         // sized and aligned for its kind; `&mut self` excludes every other access.
         let new = unsafe {
@@ -1541,6 +1621,68 @@ impl ZoneMeta {
             }),
         );
         self.pool.put_array(old);
+    }
+
+    /// `true` if the owner index agrees with pageblock `r`'s planes: it has none, or they sit
+    /// in a slot in use of a slab of their kind whose owner is `r`.
+    pub(crate) fn owner_agrees(&self, r: PbRef) -> bool {
+        let Some(p) = self.plane_ref(r) else {
+            return true;
+        };
+        let (kind, slot) = p.slot();
+        let (head, i) = Pool::head_of(kind, slot);
+        // SAFETY: `head` heads the live slab the pageblock's planes lie in; `&self` excludes
+        // writers.
+        let used = unsafe { (*head.as_ptr()).used };
+        i >= Pool::head_slots(kind) && used & 1 << i != 0 && Pool::owner(kind, slot) == r.pack()
+    }
+
+    /// `true` if every plane slot in use of the slabs on the pool's lists names an owner
+    /// whose planes are that slot, and every free one names none.
+    pub(crate) fn owners_consistent(&self) -> bool {
+        [Short::Singles, Short::Pairs].into_iter().all(|kind| {
+            let s = match kind {
+                Short::Pairs => &self.pool.pairs,
+                Short::Singles | Short::Arrays => &self.pool.singles,
+            };
+            [s.seeds, s.partial, s.empty, s.full]
+                .into_iter()
+                .all(|list| self.slabs_agree(kind, list))
+        })
+    }
+
+    /// [`ZoneMeta::owners_consistent`] for the plane slabs of `kind` linked from `head`.
+    fn slabs_agree(&self, kind: Short, mut cur: Option<NonNull<SlabHead>>) -> bool {
+        while let Some(h) = cur {
+            // SAFETY: the pool's lists hold live slab heads; `&self` excludes writers.
+            let (next, used) = unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).used) };
+            for i in Pool::head_slots(kind)..Pool::slots(kind) {
+                // SAFETY: slot `i` lies inside the slab's page.
+                let slot = unsafe { h.cast::<u8>().add(i * Pool::slot_bytes(kind)) };
+                let owner = Pool::owner(kind, slot);
+                let ok = if used & 1 << i == 0 {
+                    owner == NIL
+                } else {
+                    PbRef::unpack(owner)
+                        .and_then(|o| self.plane_ref(o))
+                        .is_some_and(|p| p.slot() == (kind, slot))
+                };
+                if !ok {
+                    return false;
+                }
+            }
+            cur = next;
+        }
+        true
+    }
+
+    /// Swaps the planes of pageblocks `a` and `b` behind the owner index's back: for tests of
+    /// the invariant walk.
+    #[cfg(test)]
+    pub(crate) fn swap_planes(&mut self, a: PbRef, b: PbRef) {
+        let (pa, pb) = (self.plane_ref(a), self.plane_ref(b));
+        self.set_plane_ref(a, pb);
+        self.set_plane_ref(b, pa);
     }
 
     /// Takes pageblock `r`'s planes back into the pool.
@@ -1616,7 +1758,8 @@ mod tests {
         pool.bytes = 3 * PAGE_SIZE;
         let per = Pool::per_slab(Short::Singles);
         let mut taken = Vec::new();
-        while let Some(p) = pool.take_planes(Plane::FULL, None, Need::Growth) {
+        let owner = PbRef { span: 0, index: 7 };
+        while let Some(p) = pool.take_planes(Plane::FULL, None, Need::Growth, owner) {
             taken.push(p);
         }
         assert_eq!(taken.len() as u64, 4 * per);
@@ -1645,6 +1788,62 @@ mod tests {
                     .all(|&b| b == 0)
             );
         }
+    }
+
+    #[test]
+    fn the_owner_index_names_each_slot_s_pageblock_until_it_is_given_back() {
+        let mem = Pages::new(2);
+        let mut pool = Pool::default();
+        // SAFETY: two pages, page aligned, ours alone: a zone slab of each plane kind.
+        unsafe {
+            pool.add_raw(Short::Singles, mem.page(0), Some(frames(300, 1)));
+            pool.add_raw(Short::Pairs, mem.page(1), Some(frames(301, 1)));
+        }
+        pool.bytes = 2 * PAGE_SIZE;
+        let (singles, pairs) = (Pool::per_slab(Short::Singles), Pool::per_slab(Short::Pairs));
+        // The head and its index take a few slots, no more.
+        assert_eq!(Pool::slots(Short::Singles) as u64 - singles, 5);
+        assert_eq!(Pool::slots(Short::Pairs) as u64 - pairs, 2);
+        let owner = |i: u32| PbRef {
+            span: (i % 3) as u8,
+            index: 1000 + i,
+        };
+        let mut taken = Vec::new();
+        for i in 0..singles as u32 {
+            let p = pool
+                .take_planes(Plane::EMPTY, None, Need::Growth, owner(i))
+                .unwrap();
+            let (kind, slot) = p.slot();
+            assert_eq!(Pool::owner(kind, slot), owner(i).pack());
+            taken.push((p, owner(i)));
+        }
+        // The slab is full: off the partial list, on the full one, and nothing is free.
+        assert!(pool.singles.partial.is_none() && pool.singles.full.is_some());
+        assert!(pool.consistent());
+        let q = pool
+            .take_planes(Plane::EMPTY, Some(Plane::FULL), Need::Growth, owner(99))
+            .unwrap();
+        assert_eq!(q.slot().0, Short::Pairs);
+        assert_eq!(Pool::owner(Short::Pairs, q.slot().1), owner(99).pack());
+        // Every slot names its own owner, distinct slots for distinct owners.
+        let mut slots: Vec<_> = taken.iter().map(|(p, _)| p.slot().1).collect();
+        slots.sort();
+        slots.dedup();
+        assert_eq!(slots.len(), taken.len());
+        let (first, _) = taken.remove(0);
+        pool.put_planes(first);
+        assert_eq!(Pool::owner(Short::Singles, first.slot().1), NIL);
+        assert!(pool.singles.full.is_none() && pool.singles.partial.is_some());
+        for (p, o) in &taken {
+            assert_eq!(Pool::owner(Short::Singles, p.slot().1), o.pack());
+        }
+        for (p, _) in taken {
+            pool.put_planes(p);
+        }
+        pool.put_planes(q);
+        assert!(pool.singles.empty.is_some() && pool.pairs.empty.is_some());
+        assert_eq!(pool.singles.free, singles);
+        assert!(pool.consistent());
     }
 
     #[test]

@@ -221,6 +221,7 @@ impl FreeArea {
         result?;
         self.check_buckets(node)?;
         self.check_pool(node)?;
+        self.check_owners(node)?;
         for c in Class::ALL {
             if let Some(r) = self.spare[c.index()] {
                 let h = self.meta.pb(r).ok_or(counter)?;

@@ -16,6 +16,7 @@
 mod check;
 mod dirty;
 mod hot;
+mod offline;
 mod report;
 mod scrub;
 mod small;
