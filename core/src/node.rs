@@ -111,7 +111,7 @@ impl ZoneInner {
             Mark::Min => self.marks.min,
             Mark::Reserve => 0,
         };
-        self.area.free_pages.saturating_sub(keep)
+        (self.area.free_pages - self.area.isolated_pages).saturating_sub(keep)
     }
 }
 
@@ -606,10 +606,16 @@ impl Zone {
         self.inner.lock().area.check(node)
     }
 
-    /// Runs `f` on the zone's free area under its lock, for tests that break it on purpose.
-    #[cfg(test)]
+    /// Runs `f` on the zone's free area under its lock: the steps of memory offlining (see
+    /// `buddy::offline`), and tests that break it on purpose.
     pub(crate) fn with_area<R>(&self, f: impl FnOnce(&mut FreeArea) -> R) -> R {
         f(&mut self.inner.lock().area)
+    }
+
+    /// The zone manages `frames` frames fewer: a span of it went offline.
+    pub(crate) fn shrink_managed(&self, frames: u64) {
+        // Relaxed: see `has_memory`.
+        self.managed.fetch_sub(frames, Ordering::Relaxed);
     }
 }
 

@@ -49,6 +49,9 @@ impl FreeArea {
     /// Puts split pageblock `r` of `class` into the bucket for its section's band and its
     /// `free` frames.
     pub(super) fn bucket_insert(&mut self, r: PbRef, class: Class) {
+        if self.isolated(r.span) {
+            return;
+        }
         let Some(h) = self.meta.pb(r) else {
             return;
         };
@@ -156,6 +159,10 @@ impl FreeArea {
     /// Puts a split pageblock where its free count says: a bucket, the spare slot (merging the
     /// previous spare), or nowhere when it is full.
     pub(super) fn settle(&mut self, r: PbRef) {
+        if self.isolated(r.span) {
+            self.settle_isolated(r);
+            return;
+        }
         let Some(h) = self.meta.pb(r) else {
             return;
         };
@@ -584,6 +591,7 @@ impl FreeArea {
             });
         });
         self.free_pages += len as u64;
+        self.iso_more(r.span, len as u64);
         let Some(h) = self.meta.pb(r) else {
             return;
         };
@@ -621,6 +629,7 @@ impl FreeArea {
             });
         });
         self.free_pages += 1;
+        self.iso_more(r.span, 1);
     }
 
     /// Undoes [`FreeArea::bulk_free`] of the frame at `pfn` (nothing else touched it: the zone's
@@ -641,6 +650,7 @@ impl FreeArea {
             a.meta.update_pb(r, |h| h.free -= 1);
         });
         self.free_pages -= 1;
+        self.iso_less(r.span, 1);
     }
 
     /// Puts the split pageblock holding `pfn` where its free count says, after frees that did
