@@ -509,3 +509,128 @@ proptest! {
         m.check_invariants().expect("invariants");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Offline.
+
+/// Memory of node 4 (CPU-less, with memory at boot) and a hot-added range of node 3 go
+/// offline: first with frames in use (refused, nothing changes), then freed. Each leaves its
+/// node memoryless, with every list the oracle's for the new node states; then both come back
+/// by hot-add, and the lists are the oracle's again.
+#[test]
+fn offline_leaves_memoryless_nodes_and_matches_the_oracle() {
+    use numaframe::{OfflineError, OfflineOptions};
+    use numaframe_testkit::Snap;
+    for opts in [DEFAULT, BOOT_ORDER] {
+        let mut t = hotplug_tables();
+        let spec = spec_of("hotplug", &t, 64 * MIB);
+        let base = spec.total_memory_bytes();
+        let extra = SimMemory::new(&[(base, 64 * MIB)]).expect("simulated memory");
+        let sim = Sim::new(&spec).expect("simulated memory");
+        let m = sim.boot(boot_options(opts)).expect("boot");
+        let added = PhysRange::from_bytes(PhysAddr::new(base), 64 * MIB).expect("whole pages");
+        m.hot_add(&extra, NodeId::new(3), added, opts)
+            .expect("hot-add");
+        t.has_memory[3] = true;
+        assert_eq!(
+            machine_orders(&m),
+            build_all_zonelists(&t, opts.linux_boot_order)
+        );
+        let boot4 = sim
+            .ranges()
+            .iter()
+            .find(|r| r.node == NodeId::new(4))
+            .expect("node 4's memory")
+            .range;
+        let offline = OfflineOptions {
+            fallback: opts,
+            ..OfflineOptions::default()
+        };
+        for (node, range, mem) in [(3usize, added, &extra), (4, boot4, sim.memory())] {
+            let id = NodeId::new(node);
+            // Blocks in use in the range: a frame, a 2 MiB block, a frame of another class.
+            let held = [
+                (Order::ZERO, AllocFlags::THISNODE),
+                (Order::HUGE_2M, AllocFlags::THISNODE),
+                (Order::ZERO, AllocFlags::THISNODE | AllocFlags::SHORT_LIVED),
+            ]
+            .map(|(order, flags)| (m.alloc(id, order, flags).expect("memory"), order));
+            let before = Snap::of(&m);
+            let first = held.iter().map(|(p, _)| *p).min().expect("three");
+            assert_eq!(
+                m.offline(mem, range, offline),
+                Err(OfflineError::Busy {
+                    busy: 3,
+                    pfn: first
+                }),
+                "node {node}"
+            );
+            assert_eq!(Snap::of(&m), before, "a busy offline changes nothing");
+            m.check_invariants().expect("invariants");
+            for (p, order) in held {
+                m.free(p, order).expect("own block");
+            }
+            m.offline(mem, range, offline).expect("offline");
+            t.has_memory[node] = false;
+            m.check_invariants().expect("invariants");
+            assert!(!m.memory_nodes().contains(id));
+            assert_eq!(m.node(id).expect("node").managed_pages(), 0);
+            let orders = machine_orders(&m);
+            assert_eq!(
+                orders,
+                build_all_zonelists(&t, opts.linux_boot_order),
+                "after node {node} went offline ({opts:?})"
+            );
+            assert!(orders.iter().all(|row| !row.contains(&node)));
+            assert_eq!(m.alloc(id, Order::ZERO, AllocFlags::THISNODE), None);
+            assert_eq!(m.node_of(held[0].0), None);
+        }
+        for (node, range, mem) in [(4usize, boot4, sim.memory()), (3, added, &extra)] {
+            m.hot_add(mem, NodeId::new(node), range, opts)
+                .expect("hot-add again");
+            t.has_memory[node] = true;
+            assert_eq!(
+                machine_orders(&m),
+                build_all_zonelists(&t, opts.linux_boot_order)
+            );
+        }
+        m.check_invariants().expect("invariants");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Random topologies of up to 12 nodes: the memory of one node goes offline (unless its
+    /// range holds the machine's tables, which is refused) and comes back; every list is the
+    /// oracle's for the node states at each step.
+    #[test]
+    fn offline_on_random_topologies_matches_the_oracle(
+        mut t in tables().prop_filter("small", |t| t.len() <= 12 && t.has_memory.iter().filter(|m| **m).count() >= 2),
+        pick in any::<prop::sample::Index>(),
+        boot_order in any::<bool>(),
+    ) {
+        let opts = FallbackOptions { linux_boot_order: boot_order };
+        let spec = spec_of("random", &t, 4 * MIB);
+        let sim = Sim::new(&spec).expect("simulated memory");
+        let m = sim.boot(boot_options(opts)).expect("boot");
+        let r = sim.ranges()[pick.index(sim.ranges().len())];
+        let offline = numaframe::OfflineOptions { fallback: opts, ..Default::default() };
+        match m.offline(sim.memory(), r.range, offline) {
+            // The range the machine's tables were carved from stays, as it was.
+            Err(numaframe::OfflineError::Tables { start }) => {
+                prop_assert_eq!(start, r.range.start());
+                prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+                return Ok(());
+            }
+            other => other.expect("offline"),
+        }
+        t.has_memory[r.node.index()] = false;
+        prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+        m.check_invariants().expect("invariants");
+        m.hot_add(sim.memory(), r.node, r.range, opts).expect("hot-add");
+        t.has_memory[r.node.index()] = true;
+        prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+        m.check_invariants().expect("invariants");
+    }
+}
