@@ -137,6 +137,12 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
+    /// The frames the machine-wide tables were carved from at boot: the span they lie in
+    /// never goes offline.
+    pub fn tables(&self) -> PhysRange {
+        self.tables
+    }
+
     /// Checks that `range` is whole spans of the machine, none holding its tables.
     fn check_range(&self, staged: &Staging<'a>, range: PhysRange) -> Result<(), OfflineError> {
         if range.is_empty() {
