@@ -143,7 +143,8 @@ impl From<NoBlock> for Refused {
 #[derive(Debug)]
 pub struct Zone {
     kind: ZoneKind,
-    /// Frames the zone manages, readable without the lock (it only grows).
+    /// Frames the zone manages, readable without the lock (it grows by hot-add and shrinks by
+    /// offlining).
     managed: AtomicU64,
     /// Allocations waiting for a scrub of this zone to give its unit back.
     scrub_waiters: AtomicU32,
@@ -169,7 +170,8 @@ impl Zone {
         self.kind
     }
 
-    /// `true` if the zone has memory (it never loses it).
+    /// `true` if the zone has memory (it loses it only to offlining, which takes the memory's
+    /// pageblocks back from every cache first).
     pub(crate) fn has_memory(&self) -> bool {
         // Relaxed: a zone that gets its first memory concurrently may be skipped once.
         self.managed.load(Ordering::Relaxed) > 0

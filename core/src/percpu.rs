@@ -1055,8 +1055,9 @@ impl Owned<'_, '_> {
     /// something else now.
     ///
     /// The walk's fast path would pop from the same slot: its zone is still the first of the
-    /// node with memory for the request (zones gain memory by hot-add, never lose it; a zone
-    /// earlier in the list that gains some is used once this slot runs dry).
+    /// node with memory for the request (zones gain memory by hot-add, and lose it only to
+    /// offlining, which first takes its pageblocks back from this slot; a zone earlier in the
+    /// list that gains some is used once this slot runs dry).
     #[inline]
     pub(crate) fn pop_hot(&mut self, asking: u32) -> Option<(Pfn, bool)> {
         self.honour();

@@ -78,7 +78,8 @@ impl<'a> Machine<'a> {
                 bits &= bits - 1;
             }
         }
-        // The zone of a frame found above (spans never move).
+        // The zone of a frame found above (a span that went offline since is found nowhere,
+        // and its frames are refused as foreign).
         let zone = |pfn: Pfn| {
             self.layout
                 .find(pfn)
