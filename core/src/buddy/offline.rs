@@ -80,24 +80,6 @@ impl FreeArea {
         });
     }
 
-    /// [`FreeArea::settle`] in an isolated span: a wholly free pageblock merges into the span's
-    /// free blocks at once (it would be the spare elsewhere), any other waits in no bucket.
-    pub(super) fn settle_isolated(&mut self, r: PbRef) {
-        let whole = self
-            .meta
-            .span(r.span)
-            .is_some_and(|s| s.pb_is_whole(r.index));
-        if whole
-            && !self.scrub_holds_pb(r)
-            && self
-                .meta
-                .pb(r)
-                .is_some_and(|h| h.state == PbState::Split && usize::from(h.free) == FRAMES)
-        {
-            self.unsplit(r);
-        }
-    }
-
     /// A huge page of `order` at `pfn` given back to its pool, if it lies in an isolated span:
     /// it leaves the pool for the buddy instead, dirty. `false` (changing nothing) if not.
     pub(super) fn put_isolated(&mut self, pfn: Pfn, order: Order) -> bool {

@@ -159,10 +159,6 @@ impl FreeArea {
     /// Puts a split pageblock where its free count says: a bucket, the spare slot (merging the
     /// previous spare), or nowhere when it is full.
     pub(super) fn settle(&mut self, r: PbRef) {
-        if self.isolated(r.span) {
-            self.settle_isolated(r);
-            return;
-        }
         let Some(h) = self.meta.pb(r) else {
             return;
         };
@@ -176,6 +172,11 @@ impl FreeArea {
                 .span(r.span)
                 .is_some_and(|s| s.pb_is_whole(r.index))
         {
+            if self.isolated(r.span) {
+                // No spare in isolated memory: it merges into the span's free blocks at once.
+                self.unsplit(r);
+                return;
+            }
             let c = h.class.index();
             if let Some(old) = self.spare[c].replace(r)
                 && old != r
