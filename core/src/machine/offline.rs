@@ -489,6 +489,39 @@ mod tests {
         assert_eq!(m.node(n(2)).unwrap().managed_pages(), 0);
     }
 
+    /// A CPU remembers the span it freed into last, to find the zone of its next free without a
+    /// lookup. After the span goes offline and its range comes back on another node, a free of
+    /// a frame of it must go to the new zone, through a cache held by a handle or not.
+    #[test]
+    fn cpus_forget_a_span_that_went_offline() {
+        let spec = with_memoryless(2048);
+        let mem = SparseMem::default();
+        let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]);
+        let r = range(ADDED, 3 * 512);
+        let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+        m.hot_add(&mem, n(2), r, FallbackOptions::default())
+            .unwrap();
+        let mut h = m.claim_cpu(c0).unwrap();
+        let p = m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).unwrap();
+        let q = m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).unwrap();
+        h.free(p, Order::ZERO).unwrap();
+        m.free_cpu(c1, q, Order::ZERO).unwrap();
+        m.offline(&mem, r, OfflineOptions::default()).unwrap();
+        m.hot_add(&mem, n(1), r, FallbackOptions::default())
+            .unwrap();
+        let p = m.alloc(n(1), Order::ZERO, AllocFlags::THISNODE).unwrap();
+        let q = m.alloc(n(1), Order::ZERO, AllocFlags::THISNODE).unwrap();
+        assert!(r.contains(p) && r.contains(q));
+        h.free(p, Order::ZERO).unwrap();
+        m.free_cpu(c1, q, Order::ZERO).unwrap();
+        drop(h);
+        m.check_invariants().unwrap();
+        assert_eq!(
+            m.node(n(1)).unwrap().free_pages(),
+            m.node(n(1)).unwrap().managed_pages()
+        );
+    }
+
     /// The first span of a zone whose seed slabs hold the planes and arrays of a later span's
     /// pageblocks and sections goes offline: they move out, and the later span works on.
     #[test]
