@@ -1861,25 +1861,31 @@ impl Pool {
             }
         }
         for list in 0..2 {
-            let mut link: *mut Option<NonNull<FreeArray>> = &mut self.arrays[list];
-            // SAFETY: `link` is a list head of this pool or the link word of a free array on
-            // it (written by `push_array`); nothing else reaches them.
-            while let Some(a) = unsafe { *link } {
-                // SAFETY: as above.
-                let FreeArray { next, slab } = unsafe { a.read() };
-                if self.away_holds(slab, a.cast()) {
-                    // SAFETY: as above; the array leaves the list before it is relinked.
-                    unsafe {
-                        *link = next;
-                        self.free_arrays -= 1;
-                        self.quarantine_array(a, slab);
-                    }
-                } else {
-                    // SAFETY: as above; the link word is the first field of the array.
-                    link = unsafe { &raw mut (*a.as_ptr()).next };
-                }
+            while let Some((a, slab)) = self.pop_held_array(list) {
+                // SAFETY: the array just left its free list, and nothing uses it.
+                unsafe { self.quarantine_array(a, slab) };
             }
         }
+    }
+
+    /// Unlinks a free array of list `list` (seeds, the zone's) lying in `away` memory.
+    fn pop_held_array(&mut self, list: usize) -> Option<(NonNull<FreeArray>, Option<PhysRange>)> {
+        let mut link: *mut Option<NonNull<FreeArray>> = &mut self.arrays[list];
+        // SAFETY: `link` is a list head of this pool or the link word of a free array on it
+        // (written by `push_array`); nothing else reaches them.
+        while let Some(a) = unsafe { *link } {
+            // SAFETY: as above.
+            let FreeArray { next, slab } = unsafe { a.read() };
+            if self.away_holds(slab, a.cast()) {
+                // SAFETY: as above.
+                unsafe { *link = next };
+                self.free_arrays -= 1;
+                return Some((a, slab));
+            }
+            // SAFETY: as above; the link word is the first field of the array.
+            link = unsafe { &raw mut (*a.as_ptr()).next };
+        }
+        None
     }
 
     /// Links a free array lying in `away` memory on the quarantine.

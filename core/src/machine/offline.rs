@@ -343,6 +343,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "thousands of allocations; the other tests cover its unsafe paths"
+    )]
     fn a_busy_range_stays_and_names_its_first_frame_in_use() {
         let spec = with_memoryless(2048);
         let mem = SparseMem::default();
@@ -429,6 +433,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "checks of the range only; the other tests cover its unsafe paths"
+    )]
     fn bad_ranges_are_refused_and_change_nothing() {
         let spec = with_memoryless(2048);
         let mem = SparseMem::default();
@@ -522,9 +530,61 @@ mod tests {
         );
     }
 
+    /// The smallest case of the next test, for Miri: `b`'s whole section takes its array from
+    /// `a`'s seed, a pageblock of it its plane (a short-lived frame: the pageblocks `a` and `b`
+    /// split for themselves serve long-lived ones), then `a` goes offline.
+    #[test]
+    fn an_array_and_a_plane_move_out_of_a_leaving_seed() {
+        let spec = with_memoryless(2048);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let b = range(ADDED + (1 << 18), (1 << 18) + 3 * 512);
+        let a = range(ADDED, 64);
+        m.hot_add(&mem, n(2), b, FallbackOptions::default())
+            .unwrap();
+        m.hot_add(&mem, n(2), a, FallbackOptions::default())
+            .unwrap();
+        let whole = range(ADDED + (1 << 18), 1 << 18);
+        let mut held = Vec::new();
+        while !held.iter().any(|&(p, _)| whole.contains(p)) {
+            let p = m.alloc(n(2), Order::HUGE_2M, AllocFlags::THISNODE).unwrap();
+            held.push((p, Order::HUGE_2M));
+        }
+        let p = m
+            .alloc(
+                n(2),
+                Order::ZERO,
+                AllocFlags::THISNODE | AllocFlags::SHORT_LIVED,
+            )
+            .unwrap();
+        held.push((p, Order::ZERO));
+        for &(p, order) in &held {
+            if a.contains(p) {
+                m.free(p, order).unwrap();
+            }
+        }
+        held.retain(|&(p, _)| !a.contains(p));
+        assert!(whole.contains(p), "the frame lies in `b`'s split section");
+        let zone = m.node(n(2)).unwrap().zone(ZoneKind::Normal);
+        let foreign = zone.with_area(|x| {
+            let slot = x.meta.span_of(a.start()).unwrap();
+            x.meta.foreign_objects(slot)
+        });
+        assert_eq!(foreign, 2, "`b`'s array and plane lie in `a`'s seed");
+        m.offline(&mem, a, OfflineOptions::default()).unwrap();
+        m.check_invariants().unwrap();
+        for (p, order) in held {
+            m.free(p, order).unwrap();
+        }
+        m.check_invariants().unwrap();
+        let node = m.node(n(2)).unwrap();
+        assert_eq!(node.free_pages(), node.managed_pages());
+    }
+
     /// The first span of a zone whose seed slabs hold the planes and arrays of a later span's
     /// pageblocks and sections goes offline: they move out, and the later span works on.
     #[test]
+    #[cfg_attr(miri, ignore = "thousands of allocations over a 1 GiB span")]
     fn other_spans_metadata_moves_out_of_a_leaving_span() {
         let spec = with_memoryless(2048);
         let mem = SparseMem::default();
