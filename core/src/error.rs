@@ -395,3 +395,81 @@ impl_error!(
         ),
     }
 );
+
+/// [`Machine::offline`](crate::Machine::offline) (or
+/// [`Machine::unisolate`](crate::Machine::unisolate)) refused. For bad input (`Empty`,
+/// `Foreign`, `Partial`, `Tables`) nothing changed; for `Busy` and `NoMetadata` the range is
+/// usable as before, or stays isolated if the caller asked for that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum OfflineError {
+    /// The range is empty.
+    Empty,
+    /// A frame of the range is not memory of the machine (the first such frame).
+    Foreign {
+        /// The frame.
+        pfn: Pfn,
+    },
+    /// The range cuts a memory range of the machine: offlining works on whole spans (each zone
+    /// part of a range given to boot or `hot_add`, with the metadata carved from its end).
+    Partial {
+        /// The boundary of the range that lies inside a span.
+        pfn: Pfn,
+    },
+    /// The range holds the machine-wide tables, carved at boot from the end of the span that
+    /// starts here: that span never goes offline.
+    Tables {
+        /// The span's first frame.
+        start: Pfn,
+    },
+    /// Frames of the range are in use: handed out, in a huge page, cached by a CPU that a
+    /// [`CpuHandle`](crate::CpuHandle) holds (it gives them back at its next operation or
+    /// when it drops), or held for a moment by a scrub, a report or a metadata growth.
+    Busy {
+        /// Pageblocks (2 MiB) of the range with a frame in use.
+        busy: u64,
+        /// The first frame in use.
+        pfn: Pfn,
+    },
+    /// Other memory's metadata lying in the range must move out first, and the node's other
+    /// memory cannot spare a slab for it.
+    NoMetadata {
+        /// The node.
+        node: NodeId,
+    },
+    /// [`Machine::unisolate`](crate::Machine::unisolate) of a range that is not isolated.
+    NotIsolated {
+        /// The first frame of the range.
+        pfn: Pfn,
+    },
+}
+
+impl_error!(
+    OfflineError,
+    self,
+    f,
+    match *self {
+        OfflineError::Empty => write!(f, "the range to take offline is empty"),
+        OfflineError::Foreign { pfn } => write!(f, "pfn {pfn} is not memory of the machine"),
+        OfflineError::Partial { pfn } => write!(
+            f,
+            "pfn {pfn} cuts a memory range: only whole ranges go offline"
+        ),
+        OfflineError::Tables { start } => write!(
+            f,
+            "the memory range at pfn {start} holds the machine's tables and stays online"
+        ),
+        OfflineError::Busy { busy, pfn } => write!(
+            f,
+            "{busy} pageblocks of the range are in use, the first frame at pfn {pfn}"
+        ),
+        OfflineError::NoMetadata { node } => write!(
+            f,
+            "node {node} has no memory left to move the range's metadata to"
+        ),
+        OfflineError::NotIsolated { pfn } => {
+            write!(f, "the range at pfn {pfn} is not isolated")
+        }
+    }
+);

@@ -90,7 +90,8 @@ pub use buddy::{PageblockCounts, PageblockInfo, PageblockKind};
 pub use error::*;
 pub use heap::{FrameMap, NodeHeap, NumaHeap};
 pub use machine::{
-    AllocFlags, BootOptions, CpuHandle, Machine, MemoryRange, REPORT_CAPACITY, Reported, TablePlace,
+    AllocFlags, BootOptions, CpuHandle, Machine, MemoryRange, OfflineOptions, REPORT_CAPACITY,
+    Reported, TablePlace,
 };
 #[cfg(feature = "poison")]
 pub use machine::{POISON_BYTE, WriteAfterFree};

@@ -267,6 +267,19 @@ enum Origin {
     Seed,
     /// A slab of these frames of the zone: back to the pool as well, or retired.
     Slab(PhysRange),
+    /// The first frames (mapped as these) of the whole section it describes, which holds it
+    /// for good as [`Origin::Section`] does; they leave with the section's span.
+    Hosted(PhysRange),
+}
+
+impl PlaneRef {
+    /// The slab kind and the slot the planes occupy.
+    fn slot(self) -> (Short, NonNull<u8>) {
+        match self {
+            PlaneRef::Single(p) => (Short::Singles, p.cast()),
+            PlaneRef::Pair(p) => (Short::Pairs, p.cast()),
+        }
+    }
 }
 
 // SAFETY: the handles point into metadata memory that lives as long as the machine and is only
@@ -552,6 +565,13 @@ pub(crate) struct Pool {
     retired: Option<NonNull<Retired>>,
     /// Bytes of memory the pool holds from its zone (its seeds live in the spans' regions).
     pub(crate) bytes: u64,
+    /// The metadata memory of spans being taken offline, out of service (see
+    /// [`Pool::quarantine`]).
+    away: [Option<Away>; MAX_SPANS_PER_ZONE],
+    /// Some entry of `away` is set.
+    avoiding: bool,
+    /// Free arrays lying in `away`, out of service.
+    q_arrays: Option<NonNull<FreeArray>>,
 }
 
 // SAFETY: the pool's memory is only reached through the `ZoneMeta` that owns it, behind its
@@ -569,15 +589,23 @@ struct Slabs {
     partial: Option<NonNull<SlabHead>>,
     /// The wholly free slabs of the zone's frames.
     empty: Option<NonNull<SlabHead>>,
-    /// The free slots of them all.
+    /// The slabs of the zone's frames with every slot in use.
+    full: Option<NonNull<SlabHead>>,
+    /// The slabs lying in the pool's `away` memory, seeds or not: out of service, so no plane
+    /// is put there any more; their free slots are not counted.
+    quarantine: Option<NonNull<SlabHead>>,
+    /// The free slots of them all (but the quarantined ones).
     free: u64,
 }
 
-/// The head of a plane slab, in its first slot.
+/// The head of a plane slab, in its first slots. The owner index follows it: one `u32` per
+/// slot, the packed [`PbRef`] of the pageblock whose planes the slot holds ([`NIL`] for a free
+/// slot), so that any plane of the slab can be moved (its owner repointed) and a slab emptied.
 struct SlabHead {
     next: Option<NonNull<SlabHead>>,
     prev: Option<NonNull<SlabHead>>,
-    /// Bit `i` set: slot `i` is in use (bit 0 is this head).
+    /// Bit `i` set: slot `i` is in use (the first [`Pool::head_slots`] hold this head and the
+    /// owner index).
     used: u64,
     /// The slab's frames; `None` for a seed slab, which stays in its span's region.
     slab: Option<PhysRange>,
@@ -597,9 +625,11 @@ struct Retired {
 }
 
 const _: () = {
-    // A slab head fits in the first slot of either kind, and a slab has at most 64 slots.
-    assert!(size_of::<SlabHead>() <= size_of::<UnsafeCell<Plane>>());
+    // A slab head and its owner index leave most of a slab's slots to planes, and a slab has
+    // at most 64 slots; the owner index is aligned for its `u32`s.
+    assert!(Pool::head_slots(Short::Singles) <= 5 && Pool::head_slots(Short::Pairs) <= 2);
     assert!(PAGE_SIZE as usize / size_of::<UnsafeCell<Plane>>() <= 64);
+    assert!(size_of::<SlabHead>().is_multiple_of(align_of::<u32>()));
     assert!(size_of::<FreeArray>() <= ARRAY_BYTES && size_of::<Retired>() <= ARRAY_BYTES);
     assert!(size_of::<Retired>() <= size_of::<UnsafeCell<Plane>>());
 };
@@ -626,6 +656,8 @@ enum List {
     Seeds,
     Partial,
     Empty,
+    Full,
+    Quarantine,
 }
 
 /// Who asks the pool: its own growth may use the reserve, everyone else may not.
@@ -663,22 +695,69 @@ impl Pool {
     }
 
     /// The bytes of one slot of a plane kind.
-    fn slot_bytes(kind: Short) -> usize {
+    const fn slot_bytes(kind: Short) -> usize {
         match kind {
             Short::Pairs => size_of::<UnsafeCell<[Plane; 2]>>(),
             Short::Singles | Short::Arrays => size_of::<UnsafeCell<Plane>>(),
         }
     }
 
+    /// Slots of a plane slab of `kind`.
+    const fn slots(kind: Short) -> usize {
+        PAGE_SIZE as usize / Self::slot_bytes(kind)
+    }
+
+    /// The first slots of a plane slab, which hold its head and owner index.
+    const fn head_slots(kind: Short) -> usize {
+        (size_of::<SlabHead>() + Self::slots(kind) * size_of::<u32>())
+            .div_ceil(Self::slot_bytes(kind))
+    }
+
+    /// `used` of a plane slab with no plane in it: the head's slots.
+    fn head_mask(kind: Short) -> u64 {
+        u64::MAX >> (64 - Self::head_slots(kind))
+    }
+
     /// `used` of a plane slab with every slot in use.
     fn full(kind: Short) -> u64 {
-        let slots = PAGE_SIZE as usize / Self::slot_bytes(kind);
-        u64::MAX >> (64 - slots)
+        u64::MAX >> (64 - Self::slots(kind))
     }
 
     /// Objects of one plane slab of `kind` (its slots but the head's).
     fn per_slab(kind: Short) -> u64 {
-        Self::full(kind).count_ones() as u64 - 1
+        (Self::slots(kind) - Self::head_slots(kind)) as u64
+    }
+
+    /// The owner index of the slab `head` heads.
+    fn owners(head: NonNull<SlabHead>) -> NonNull<u32> {
+        // SAFETY: the index follows the head inside the slab's page (`head_slots`), aligned
+        // for `u32` (checked at compile time above).
+        unsafe { head.add(1) }.cast::<u32>()
+    }
+
+    /// The head of the plane slab slot `p` lies in, and the slot's number.
+    fn head_of(kind: Short, p: NonNull<u8>) -> (NonNull<SlabHead>, usize) {
+        let off = p.as_ptr().addr() % PAGE_SIZE as usize;
+        // SAFETY: `p` is a slot of a plane slab of this pool, `off` bytes into its page, whose
+        // first slot holds its head.
+        let head = unsafe { p.byte_sub(off) }.cast::<SlabHead>();
+        (head, off / Self::slot_bytes(kind))
+    }
+
+    /// Records that plane slot `p` of `kind` holds the planes of `owner` (a packed [`PbRef`],
+    /// or [`NIL`] for none).
+    fn set_owner(kind: Short, p: NonNull<u8>, owner: u32) {
+        let (head, slot) = Self::head_of(kind, p);
+        // SAFETY: `slot` is below the slab's slot count, so inside the owner index, which only
+        // this pool reaches.
+        unsafe { Self::owners(head).add(slot).write(owner) };
+    }
+
+    /// The owner of plane slot `p` of `kind` (a packed [`PbRef`], or [`NIL`]).
+    fn owner(kind: Short, p: NonNull<u8>) -> u32 {
+        let (head, slot) = Self::head_of(kind, p);
+        // SAFETY: as in `set_owner`; the index was written when the slab joined the pool.
+        unsafe { Self::owners(head).add(slot).read() }
     }
 
     fn slabs(&mut self, kind: Short) -> &mut Slabs {
@@ -694,6 +773,8 @@ impl Pool {
             List::Seeds => &mut s.seeds,
             List::Partial => &mut s.partial,
             List::Empty => &mut s.empty,
+            List::Full => &mut s.full,
+            List::Quarantine => &mut s.quarantine,
         }
     }
 
@@ -736,6 +817,10 @@ impl Pool {
         // SAFETY: a `Mapped` holds PhysMemory's promises for its range (page aligned, valid for
         // its bytes for the machine's lifetime, ours alone), which covers the slab.
         unsafe { self.add_raw(what, slab.ptr, Some(slab.range)) };
+        if self.avoiding {
+            // Carved from a span that started going offline while the slab was being mapped.
+            self.sweep();
+        }
     }
 
     /// [`Pool::add_slab`] for memory the caller vouches for: the frames `slab` if it is the
@@ -749,15 +834,18 @@ impl Pool {
         match what {
             Short::Singles | Short::Pairs => {
                 let head = ptr.cast::<SlabHead>();
-                // SAFETY: the caller's guarantee: the page is ours, and its first slot holds a
-                // head at its alignment (checked at compile time above).
+                // SAFETY: the caller's guarantee: the page is ours, and its first slots hold a
+                // head at its alignment and its owner index (checked at compile time above).
                 unsafe {
                     head.write(SlabHead {
                         next: None,
                         prev: None,
-                        used: 1,
+                        used: Self::head_mask(what),
                         slab,
-                    })
+                    });
+                    for i in 0..Self::slots(what) {
+                        Self::owners(head).add(i).write(NIL);
+                    }
                 };
                 let list = if slab.is_some() {
                     List::Empty
@@ -921,6 +1009,7 @@ impl Pool {
         };
         if used == Self::full(kind) && list != List::Seeds {
             self.unlink(kind, List::Partial, head);
+            self.link(kind, List::Full, head);
         }
         // SAFETY: the slot lies inside the slab's page (see above).
         unsafe { head.cast::<u8>().add(slot * Self::slot_bytes(kind)) }
@@ -937,24 +1026,27 @@ impl Pool {
     /// Gives slot `p` of a `kind` plane slab back; a slab of the zone's frames left wholly free
     /// moves to the empty list.
     fn put_slot(&mut self, kind: Short, p: NonNull<u8>) {
-        let off = p.as_ptr().addr() % PAGE_SIZE as usize;
-        // SAFETY: `p` is a slot of a plane slab of this pool, `off` bytes into its page, whose
-        // first slot holds its head.
-        let head = unsafe { p.byte_sub(off) }.cast::<SlabHead>();
-        let bit = 1u64 << (off / Self::slot_bytes(kind));
-        // SAFETY: as above.
+        Self::set_owner(kind, p, NIL);
+        let (head, slot) = Self::head_of(kind, p);
+        let bit = 1u64 << slot;
+        // SAFETY: `head` heads a live plane slab of this pool.
         let (was, slab) = unsafe {
             let h = head.as_ptr();
             let was = (*h).used;
             (*h).used &= !bit;
             (was, (*h).slab)
         };
+        if self.avoiding && self.away_holds(slab, head.cast()) {
+            // Out of service: it stays quarantined, its free slots uncounted.
+            return;
+        }
         self.slabs(kind).free += 1;
         if slab.is_some() {
             if was == Self::full(kind) {
+                self.unlink(kind, List::Full, head);
                 self.link(kind, List::Partial, head);
             }
-            if was & !bit == 1 {
+            if was & !bit == Self::head_mask(kind) {
                 self.unlink(kind, List::Partial, head);
                 self.link(kind, List::Empty, head);
             }
@@ -1060,30 +1152,41 @@ impl Pool {
     /// section); the zone's free arrays beyond the few the pool keeps are retired.
     fn put_array(&mut self, a: ArrayRef) {
         let slab = match a.origin {
-            Origin::Section => return,
+            Origin::Section | Origin::Hosted(_) => return,
             Origin::Seed => None,
             Origin::Slab(s) => Some(s),
         };
+        if self.avoiding && self.away_holds(slab, a.ptr.cast()) {
+            // SAFETY: the array is this pool's and its section gave it up.
+            unsafe { self.quarantine_array(a.ptr.cast(), slab) };
+            return;
+        }
         // SAFETY: the array is this pool's and its section gave it up.
         unsafe { self.push_array(a.ptr.cast(), slab) };
     }
 
-    /// Planes holding `alloc` (and `extra`, for a pair).
-    fn take_planes(&mut self, alloc: Plane, extra: Option<Plane>, need: Need) -> Option<PlaneRef> {
+    /// Planes holding `alloc` (and `extra`, for a pair), owned by pageblock `owner`.
+    fn take_planes(
+        &mut self,
+        alloc: Plane,
+        extra: Option<Plane>,
+        need: Need,
+        owner: PbRef,
+    ) -> Option<PlaneRef> {
         Some(match extra {
             None => {
-                let p = self
-                    .take_slot(Short::Singles, need)?
-                    .cast::<UnsafeCell<Plane>>();
+                let slot = self.take_slot(Short::Singles, need)?;
+                Self::set_owner(Short::Singles, slot, owner.pack());
+                let p = slot.cast::<UnsafeCell<Plane>>();
                 // SAFETY: the slot is ours now, sized and aligned for a plane, and seen by
                 // nothing else.
                 unsafe { p.write(UnsafeCell::new(alloc)) };
                 PlaneRef::Single(p)
             }
             Some(x) => {
-                let p = self
-                    .take_slot(Short::Pairs, need)?
-                    .cast::<UnsafeCell<[Plane; 2]>>();
+                let slot = self.take_slot(Short::Pairs, need)?;
+                Self::set_owner(Short::Pairs, slot, owner.pack());
+                let p = slot.cast::<UnsafeCell<[Plane; 2]>>();
                 // SAFETY: as above, for a pair.
                 unsafe { p.write(UnsafeCell::new([alloc, x])) };
                 PlaneRef::Pair(p)
@@ -1109,15 +1212,26 @@ impl Pool {
                 // SAFETY: the lists hold live slab heads of this pool; `&self` excludes writes.
                 let x = unsafe { h.as_ref() };
                 let full = Self::full(kind);
+                let head = Self::head_mask(kind);
+                let held = self.away_holds(x.slab, h.cast());
                 let shape = match list {
                     List::Seeds => x.slab.is_none(),
-                    List::Partial => x.slab.is_some() && x.used != 1 && x.used != full,
-                    List::Empty => x.slab.is_some() && x.used == 1,
+                    List::Partial => x.slab.is_some() && x.used != head && x.used != full,
+                    List::Empty => x.slab.is_some() && x.used == head,
+                    List::Full => x.slab.is_some() && x.used == full,
+                    List::Quarantine => true,
                 };
-                if !shape || x.used & 1 == 0 || x.used & !full != 0 || x.prev != prev {
+                if !shape
+                    || held != (list == List::Quarantine)
+                    || x.used & head != head
+                    || x.used & !full != 0
+                    || x.prev != prev
+                {
                     return None;
                 }
-                free += Self::per_slab(kind) + 1 - u64::from(x.used.count_ones());
+                if !held {
+                    free += Self::slots(kind) as u64 - u64::from(x.used.count_ones());
+                }
                 (prev, cur) = (Some(h), x.next);
             }
             Some(free)
@@ -1126,23 +1240,36 @@ impl Pool {
             let seeds = walk(kind, s.seeds, List::Seeds);
             let partial = walk(kind, s.partial, List::Partial);
             let empty = walk(kind, s.empty, List::Empty);
+            let full = walk(kind, s.full, List::Full);
+            let quarantined = walk(kind, s.quarantine, List::Quarantine);
             seeds
                 .zip(partial)
                 .zip(empty)
-                .is_some_and(|((a, b), c)| a + b + c == s.free)
+                .zip(full)
+                .zip(quarantined)
+                .is_some_and(|((((a, b), c), d), _)| a + b + c + d == s.free)
         };
-        let count = |mut cur: Option<NonNull<FreeArray>>| {
+        // Free arrays on one list, and whether they lie in `away` (`None` if some does and
+        // some does not).
+        let count = |mut cur: Option<NonNull<FreeArray>>, held: bool| {
             let mut n = 0u64;
             while let Some(a) = cur {
                 n += 1;
                 // SAFETY: the list holds free arrays of this pool, linked by `push_array`.
-                cur = unsafe { a.as_ref() }.next;
+                let x = unsafe { a.as_ref() };
+                if self.away_holds(x.slab, a.cast()) != held {
+                    return None;
+                }
+                cur = x.next;
             }
-            n
+            Some(n)
         };
+        let arrays = count(self.arrays[0], false).zip(count(self.arrays[1], false));
         slabs_ok(Short::Singles, &self.singles)
             && slabs_ok(Short::Pairs, &self.pairs)
-            && count(self.arrays[0]) + count(self.arrays[1]) == self.free_arrays
+            && arrays.is_some_and(|(a, b)| a + b == self.free_arrays)
+            && count(self.q_arrays, true).is_some()
+            && self.avoiding == self.away.iter().any(Option::is_some)
             && self.retired.is_none()
     }
 }
@@ -1326,7 +1453,7 @@ impl ZoneMeta {
             Some(ArrayRef {
                 ptr,
                 len: PBS_PER_SECTION as u16,
-                origin: Origin::Section,
+                origin: Origin::Hosted(slab.range),
             }),
         );
         self.update_section(s, |sec| sec.state = SectionState::Split);
@@ -1337,7 +1464,7 @@ impl ZoneMeta {
     /// gives the section `state`. Edge sections keep their arrays and stay split.
     pub(crate) fn join_section(&mut self, s: SecRef, state: SectionState) {
         if let Some((_, Some(array))) = self.section_cell_copy(s)
-            && array.origin != Origin::Section
+            && !matches!(array.origin, Origin::Section | Origin::Hosted(_))
         {
             self.set_section_array(s, None);
             self.pool.put_array(array);
@@ -1506,7 +1633,7 @@ impl ZoneMeta {
         } else {
             Short::Singles
         };
-        let new = self.pool.take_planes(alloc, extra, need).ok_or(short)?;
+        let new = self.pool.take_planes(alloc, extra, need, r).ok_or(short)?;
         if let Some(old) = self.plane_ref(r) {
             self.pool.put_planes(old);
         }
@@ -1530,6 +1657,7 @@ impl ZoneMeta {
         let Some(q) = self.pool.take_slot_outside(kind, away) else {
             return;
         };
+        Pool::set_owner(kind, q, r.pack());
         // SAFETY: `old` is held by `r`'s live header and `q` is a slot of this pool's, free and
         // sized and aligned for its kind; `&mut self` excludes every other access.
         let new = unsafe {
@@ -1582,12 +1710,680 @@ impl ZoneMeta {
         self.pool.put_array(old);
     }
 
+    /// `true` if the owner index agrees with pageblock `r`'s planes: it has none, or they sit
+    /// in a slot in use of a slab of their kind whose owner is `r`.
+    pub(crate) fn owner_agrees(&self, r: PbRef) -> bool {
+        let Some(p) = self.plane_ref(r) else {
+            return true;
+        };
+        let (kind, slot) = p.slot();
+        let (head, i) = Pool::head_of(kind, slot);
+        // SAFETY: `head` heads the live slab the pageblock's planes lie in; `&self` excludes
+        // writers.
+        let used = unsafe { (*head.as_ptr()).used };
+        i >= Pool::head_slots(kind) && used & 1 << i != 0 && Pool::owner(kind, slot) == r.pack()
+    }
+
+    /// `true` if every plane slot in use of the slabs on the pool's lists names an owner
+    /// whose planes are that slot, and every free one names none.
+    pub(crate) fn owners_consistent(&self) -> bool {
+        [Short::Singles, Short::Pairs].into_iter().all(|kind| {
+            let s = match kind {
+                Short::Pairs => &self.pool.pairs,
+                Short::Singles | Short::Arrays => &self.pool.singles,
+            };
+            [s.seeds, s.partial, s.empty, s.full, s.quarantine]
+                .into_iter()
+                .all(|list| self.slabs_agree(kind, list))
+        })
+    }
+
+    /// [`ZoneMeta::owners_consistent`] for the plane slabs of `kind` linked from `head`.
+    fn slabs_agree(&self, kind: Short, mut cur: Option<NonNull<SlabHead>>) -> bool {
+        while let Some(h) = cur {
+            // SAFETY: the pool's lists hold live slab heads; `&self` excludes writers.
+            let (next, used) = unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).used) };
+            for i in Pool::head_slots(kind)..Pool::slots(kind) {
+                // SAFETY: slot `i` lies inside the slab's page.
+                let slot = unsafe { h.cast::<u8>().add(i * Pool::slot_bytes(kind)) };
+                let owner = Pool::owner(kind, slot);
+                let ok = if used & 1 << i == 0 {
+                    owner == NIL
+                } else {
+                    PbRef::unpack(owner)
+                        .and_then(|o| self.plane_ref(o))
+                        .is_some_and(|p| p.slot() == (kind, slot))
+                };
+                if !ok {
+                    return false;
+                }
+            }
+            cur = next;
+        }
+        true
+    }
+
+    /// Swaps the planes of pageblocks `a` and `b` behind the owner index's back: for tests of
+    /// the invariant walk.
+    #[cfg(test)]
+    pub(crate) fn swap_planes(&mut self, a: PbRef, b: PbRef) {
+        let (pa, pb) = (self.plane_ref(a), self.plane_ref(b));
+        self.set_plane_ref(a, pb);
+        self.set_plane_ref(b, pa);
+    }
+
     /// Takes pageblock `r`'s planes back into the pool.
     pub(crate) fn drop_planes(&mut self, r: PbRef) {
         if let Some(old) = self.plane_ref(r) {
             self.set_plane_ref(r, None);
             self.pool.put_planes(old);
         }
+    }
+}
+
+/// The metadata memory a span takes with it when it leaves its zone: the pool slabs carved
+/// from its frames (known by their frames) and the seed slabs of its region (known by their
+/// addresses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Away {
+    frames: PhysRange,
+    seed: (usize, usize),
+}
+
+impl Away {
+    /// `true` if a slab of the frames `slab` (`None`: a seed), mapped at `at`, lies in this
+    /// memory.
+    fn holds(&self, slab: Option<PhysRange>, at: NonNull<u8>) -> bool {
+        match slab {
+            Some(r) => r.overlaps(&self.frames),
+            None => (self.seed.0..self.seed.1).contains(&at.as_ptr().addr()),
+        }
+    }
+}
+
+impl SpanMeta {
+    /// The metadata memory the span takes with it when it leaves its zone.
+    pub(crate) fn away(&self) -> Away {
+        let end = self.sections.as_ptr().addr();
+        Away {
+            frames: self.range,
+            seed: (end - seed_bytes() as usize, end),
+        }
+    }
+
+    /// Where the span's region is mapped: the seed comes first in it, then the section table.
+    fn region_at(&self) -> NonNull<u8> {
+        // SAFETY: `map` put the section table `seed_bytes()` into the mapped region.
+        unsafe { self.sections.cast::<u8>().sub(seed_bytes() as usize) }
+    }
+}
+
+/// The memory a span left its zone with, for the machine to unmap with no lock held: its
+/// region, and the slabs of its frames the pool held (and the arrays of its sections that held
+/// their own), linked through their own first words, which nothing else reaches any more.
+#[derive(Debug)]
+pub(crate) struct Leaving {
+    /// The span's region, and where it is mapped.
+    pub(crate) region: (PhysRange, NonNull<u8>),
+    head: Option<NonNull<Retired>>,
+}
+
+// SAFETY: the list's memory is reached only through this value.
+unsafe impl Send for Leaving {}
+
+impl Leaving {
+    /// Links the slab `slab`, mapped at `at`.
+    ///
+    /// # Safety
+    /// `at` must be the mapping of `slab` (at least a `Retired`'s bytes, aligned for it), and
+    /// nothing may use that memory any more.
+    unsafe fn push(&mut self, at: NonNull<u8>, slab: PhysRange) {
+        let r = at.cast::<Retired>();
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            r.write(Retired {
+                next: self.head,
+                slab,
+            })
+        };
+        self.head = Some(r);
+    }
+
+    /// The next slab to unmap, and where it is mapped.
+    pub(crate) fn pop(&mut self) -> Option<(PhysRange, NonNull<u8>)> {
+        let r = self.head?;
+        // SAFETY: `push` wrote a `Retired` there, in memory only this list reaches.
+        let Retired { next, slab } = unsafe { r.read() };
+        self.head = next;
+        Some((slab, r.cast()))
+    }
+}
+
+impl Pool {
+    /// `true` if a slab of the frames `slab` (`None`: a seed), mapped at `at`, lies in the
+    /// memory of a span going offline.
+    fn away_holds(&self, slab: Option<PhysRange>, at: NonNull<u8>) -> bool {
+        self.avoiding && self.away.iter().flatten().any(|a| a.holds(slab, at))
+    }
+
+    /// Takes the metadata memory `away` out of service while its span goes offline: its plane
+    /// slabs move to the quarantine lists and its free arrays to theirs, none of their free
+    /// objects counts or serves any more, and objects given back into it stay there. Objects
+    /// in use there stay until [`ZoneMeta::evacuate`] moves them out.
+    pub(crate) fn quarantine(&mut self, away: Away) {
+        if !self.away.contains(&Some(away))
+            && let Some(slot) = self.away.iter_mut().find(|a| a.is_none())
+        {
+            *slot = Some(away);
+        }
+        self.avoiding = self.away.iter().any(Option::is_some);
+        self.sweep();
+    }
+
+    /// Moves every listed slab and free array that lies in `away` memory to the quarantine.
+    fn sweep(&mut self) {
+        for kind in [Short::Singles, Short::Pairs] {
+            for list in [List::Seeds, List::Partial, List::Empty, List::Full] {
+                let mut cur = *self.list(kind, list);
+                while let Some(h) = cur {
+                    // SAFETY: the lists hold live slab heads of this pool.
+                    let (next, used, slab) =
+                        unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).used, (*h.as_ptr()).slab) };
+                    if self.away_holds(slab, h.cast()) {
+                        self.unlink(kind, list, h);
+                        self.link(kind, List::Quarantine, h);
+                        self.slabs(kind).free -=
+                            Self::slots(kind) as u64 - u64::from(used.count_ones());
+                    }
+                    cur = next;
+                }
+            }
+        }
+        for list in 0..2 {
+            while let Some((a, slab)) = self.pop_held_array(list) {
+                // SAFETY: the array just left its free list, and nothing uses it.
+                unsafe { self.quarantine_array(a, slab) };
+            }
+        }
+    }
+
+    /// Unlinks a free array of list `list` (seeds, the zone's) lying in `away` memory.
+    fn pop_held_array(&mut self, list: usize) -> Option<(NonNull<FreeArray>, Option<PhysRange>)> {
+        let mut link: *mut Option<NonNull<FreeArray>> = &mut self.arrays[list];
+        // SAFETY: `link` is a list head of this pool or the link word of a free array on it
+        // (written by `push_array`); nothing else reaches them.
+        while let Some(a) = unsafe { *link } {
+            // SAFETY: as above.
+            let FreeArray { next, slab } = unsafe { a.read() };
+            if self.away_holds(slab, a.cast()) {
+                // SAFETY: as above.
+                unsafe { *link = next };
+                self.free_arrays -= 1;
+                return Some((a, slab));
+            }
+            // SAFETY: as above; the link word is the first field of the array.
+            link = unsafe { &raw mut (*a.as_ptr()).next };
+        }
+        None
+    }
+
+    /// Links a free array lying in `away` memory on the quarantine.
+    ///
+    /// # Safety
+    /// `a` must be an array of this pool that nothing uses and no list holds.
+    unsafe fn quarantine_array(&mut self, a: NonNull<FreeArray>, slab: Option<PhysRange>) {
+        // SAFETY: the caller's guarantee; an array is larger than its link.
+        unsafe {
+            a.write(FreeArray {
+                next: self.q_arrays,
+                slab,
+            })
+        };
+        self.q_arrays = Some(a);
+    }
+
+    /// Forgets `away`, and puts what no other entry holds back in service.
+    fn unavoid(&mut self, away: Away) {
+        for a in &mut self.away {
+            if *a == Some(away) {
+                *a = None;
+            }
+        }
+        self.avoiding = self.away.iter().any(Option::is_some);
+    }
+
+    /// Puts `away` memory back in service (its span stays after all): its slabs go back to the
+    /// lists their shapes call for, its free arrays to theirs.
+    pub(crate) fn release(&mut self, away: Away) {
+        self.unavoid(away);
+        for kind in [Short::Singles, Short::Pairs] {
+            let mut cur = self.slabs(kind).quarantine;
+            while let Some(h) = cur {
+                // SAFETY: the quarantine lists hold live slab heads of this pool.
+                let (next, used, slab) =
+                    unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).used, (*h.as_ptr()).slab) };
+                if !self.away_holds(slab, h.cast()) {
+                    self.unlink(kind, List::Quarantine, h);
+                    let list = if slab.is_none() {
+                        List::Seeds
+                    } else if used == Self::head_mask(kind) {
+                        List::Empty
+                    } else if used == Self::full(kind) {
+                        List::Full
+                    } else {
+                        List::Partial
+                    };
+                    self.link(kind, list, h);
+                    self.slabs(kind).free +=
+                        Self::slots(kind) as u64 - u64::from(used.count_ones());
+                }
+                cur = next;
+            }
+        }
+        let mut cur = self.q_arrays.take();
+        while let Some(a) = cur {
+            // SAFETY: the quarantine's free arrays, linked by `quarantine_array`.
+            let FreeArray { next, slab } = unsafe { a.read() };
+            // SAFETY: each leaves the list it was on before it is relinked.
+            unsafe {
+                if self.away_holds(slab, a.cast()) {
+                    self.quarantine_array(a, slab);
+                } else {
+                    self.push_array(a, slab);
+                }
+            }
+            cur = next;
+        }
+    }
+
+    /// `true` if some plane slab lying in `away` memory still holds a plane.
+    fn holds_planes(&self, away: Away) -> bool {
+        [&self.singles, &self.pairs]
+            .into_iter()
+            .zip([Short::Singles, Short::Pairs])
+            .any(|(s, kind)| {
+                let mut cur = s.quarantine;
+                while let Some(h) = cur {
+                    // SAFETY: the quarantine lists hold live slab heads; `&self` excludes
+                    // writers.
+                    let x = unsafe { h.as_ref() };
+                    if away.holds(x.slab, h.cast()) && x.used != Self::head_mask(kind) {
+                        return true;
+                    }
+                    cur = x.next;
+                }
+                false
+            })
+    }
+
+    /// Takes `away` memory out of the pool for good, none of it in use: its slabs and free
+    /// arrays of the zone's frames, and the retired ones waiting to be taken back, go onto
+    /// `out` for the caller to unmap; its seeds are forgotten (they leave with the region).
+    fn leave(&mut self, away: Away, out: &mut Leaving) {
+        self.unavoid(away);
+        for kind in [Short::Singles, Short::Pairs] {
+            let mut cur = self.slabs(kind).quarantine;
+            while let Some(h) = cur {
+                // SAFETY: the quarantine lists hold live slab heads of this pool.
+                let (next, slab) = unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).slab) };
+                if away.holds(slab, h.cast()) {
+                    self.unlink(kind, List::Quarantine, h);
+                    if let Some(r) = slab {
+                        self.bytes -= r.bytes();
+                        // SAFETY: the slab is mapped at its head, holds nothing, and no list
+                        // reaches it any more.
+                        unsafe { out.push(h.cast(), r) };
+                    }
+                }
+                cur = next;
+            }
+        }
+        let mut cur = self.q_arrays.take();
+        while let Some(a) = cur {
+            // SAFETY: the quarantine's free arrays, linked by `quarantine_array`.
+            let FreeArray { next, slab } = unsafe { a.read() };
+            // SAFETY: each leaves the list it was on before it is relinked or handed out; a
+            // free array is mapped at its start.
+            unsafe {
+                match slab {
+                    _ if !away.holds(slab, a.cast()) => self.quarantine_array(a, slab),
+                    Some(r) => {
+                        self.bytes -= r.bytes();
+                        out.push(a.cast(), r);
+                    }
+                    None => {}
+                }
+            }
+            cur = next;
+        }
+        let mut link: *mut Option<NonNull<Retired>> = &mut self.retired;
+        // SAFETY: `link` is the head of the retired list or the link word of a slab on it
+        // (written by `retire`); nothing else reaches them.
+        while let Some(r) = unsafe { *link } {
+            // SAFETY: as above.
+            let Retired { next, slab } = unsafe { r.read() };
+            if slab.overlaps(&away.frames) {
+                // SAFETY: as above; it leaves the retired list before it joins `out`.
+                unsafe {
+                    *link = next;
+                    out.push(r.cast(), slab);
+                }
+            } else {
+                // SAFETY: as above; the link word is the first field of the slab.
+                link = unsafe { &raw mut (*r.as_ptr()).next };
+            }
+        }
+    }
+}
+
+impl ZoneMeta {
+    /// Takes the metadata memory of the span in `slot` out of service (see
+    /// [`Pool::quarantine`]).
+    pub(crate) fn quarantine(&mut self, slot: u8) {
+        if let Some(away) = self.span(slot).map(SpanMeta::away) {
+            self.pool.quarantine(away);
+        }
+    }
+
+    /// Puts the metadata memory of the span in `slot` back in service.
+    pub(crate) fn release_quarantine(&mut self, slot: u8) {
+        if let Some(away) = self.span(slot).map(SpanMeta::away) {
+            self.pool.release(away);
+        }
+    }
+
+    /// Moves every plane and array in use that lies in the metadata memory of the span in
+    /// `slot` (its quarantined slabs) and describes another span's pageblocks out, into memory
+    /// in service: the owner index names each plane's pageblock, and the sections of the other
+    /// spans are looked at for arrays. `Err` names what the pool is short of; what moved
+    /// stays moved, so the caller grows the pool and calls again.
+    pub(crate) fn evacuate(&mut self, slot: u8) -> Result<(), Short> {
+        let away = self.span(slot).ok_or(Short::Singles)?.away();
+        for kind in [Short::Singles, Short::Pairs] {
+            let mut cur = *self.pool.list(kind, List::Quarantine);
+            while let Some(h) = cur {
+                // SAFETY: the quarantine lists hold live slab heads of this pool.
+                let (next, used, slab) =
+                    unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).used, (*h.as_ptr()).slab) };
+                if away.holds(slab, h.cast()) {
+                    for i in Pool::head_slots(kind)..Pool::slots(kind) {
+                        // SAFETY: slot `i` lies inside the slab's page.
+                        let at = unsafe { h.cast::<u8>().add(i * Pool::slot_bytes(kind)) };
+                        if used & 1 << i != 0
+                            && let Some(o) = PbRef::unpack(Pool::owner(kind, at))
+                            && o.span != slot
+                        {
+                            self.relocate_planes(o)?;
+                        }
+                    }
+                }
+                cur = next;
+            }
+        }
+        for (other, nsec) in self.other_spans(slot) {
+            for index in 0..nsec {
+                let s = SecRef { span: other, index };
+                if let Some((_, Some(a))) = self.section_cell_copy(s) {
+                    let slab = match a.origin {
+                        Origin::Seed => None,
+                        Origin::Slab(r) => Some(r),
+                        Origin::Section | Origin::Hosted(_) => continue,
+                    };
+                    if away.holds(slab, a.ptr.cast()) {
+                        self.relocate_array(s, a)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `true` if a section of a span but `except` has a pool array lying in `away` memory.
+    fn arrays_in(&self, away: Away, except: Option<u8>) -> bool {
+        self.spans()
+            .filter(|(i, _)| Some(*i) != except)
+            .any(|(i, span)| {
+                (0..span.sections()).any(|index| {
+                    match self.section_cell_copy(SecRef { span: i, index }) {
+                        Some((_, Some(a))) => match a.origin {
+                            Origin::Seed => away.holds(None, a.ptr.cast()),
+                            Origin::Slab(r) => away.holds(Some(r), a.ptr.cast()),
+                            Origin::Section | Origin::Hosted(_) => false,
+                        },
+                        _ => false,
+                    }
+                })
+            })
+    }
+
+    /// `true` if nothing of another span is left in the metadata memory of the span in `slot`:
+    /// every plane in its slabs is one of its own pageblocks', and no other span's section
+    /// has its array there (what [`ZoneMeta::evacuate`] achieves).
+    pub(crate) fn evacuated(&self, slot: u8) -> bool {
+        let Some(away) = self.span(slot).map(SpanMeta::away) else {
+            return false;
+        };
+        let planes = [
+            (&self.pool.singles, Short::Singles),
+            (&self.pool.pairs, Short::Pairs),
+        ]
+        .into_iter()
+        .all(|(s, kind)| {
+            let mut cur = s.quarantine;
+            while let Some(h) = cur {
+                // SAFETY: the quarantine lists hold live slab heads; `&self` excludes
+                // writers.
+                let x = unsafe { h.as_ref() };
+                if away.holds(x.slab, h.cast()) {
+                    for i in Pool::head_slots(kind)..Pool::slots(kind) {
+                        // SAFETY: slot `i` lies inside the slab's page.
+                        let at = unsafe { h.cast::<u8>().add(i * Pool::slot_bytes(kind)) };
+                        if x.used & 1 << i != 0
+                            && PbRef::unpack(Pool::owner(kind, at)).is_none_or(|o| o.span != slot)
+                        {
+                            return false;
+                        }
+                    }
+                }
+                cur = x.next;
+            }
+            true
+        });
+        planes && !self.arrays_in(away, Some(slot))
+    }
+
+    /// The planes and arrays of other spans lying in the metadata memory of the span in
+    /// `slot` (its seed and the slabs of its frames), quarantined or not: for tests that
+    /// offlining moves some.
+    #[cfg(test)]
+    pub(crate) fn foreign_objects(&self, slot: u8) -> usize {
+        let Some(away) = self.span(slot).map(SpanMeta::away) else {
+            return 0;
+        };
+        let mut n = 0;
+        for (i, span) in self.spans().filter(|(i, _)| *i != slot) {
+            for pb in 0..span.pageblocks() {
+                let r = PbRef { span: i, index: pb };
+                if let Some(p) = self.plane_ref(r) {
+                    let (kind, at) = p.slot();
+                    let (head, _) = Pool::head_of(kind, at);
+                    // SAFETY: the head of the live slab `r`'s planes lie in.
+                    let slab = unsafe { (*head.as_ptr()).slab };
+                    n += usize::from(away.holds(slab, head.cast()));
+                }
+            }
+            for index in 0..span.sections() {
+                if let Some((_, Some(a))) = self.section_cell_copy(SecRef { span: i, index }) {
+                    let slab = match a.origin {
+                        Origin::Seed => None,
+                        Origin::Slab(r) => Some(r),
+                        Origin::Section | Origin::Hosted(_) => continue,
+                    };
+                    n += usize::from(away.holds(slab, a.ptr.cast()));
+                }
+            }
+        }
+        n
+    }
+
+    /// `true` if the metadata memory of the span in `slot` is out of service.
+    pub(crate) fn quarantined(&self, slot: u8) -> bool {
+        self.span(slot)
+            .is_some_and(|s| self.pool.away.contains(&Some(s.away())))
+    }
+
+    /// How many spans' metadata memory is out of service.
+    pub(crate) fn quarantined_spans(&self) -> usize {
+        self.pool.away.iter().flatten().count()
+    }
+
+    /// Calls `f` with the frames of every slab of the zone's frames the pool knows of: plane
+    /// slabs on any list, free arrays, retired slabs, and the pool arrays and arrays of their
+    /// own memory that sections hold.
+    pub(crate) fn for_each_slab(&self, mut f: impl FnMut(PhysRange)) {
+        for s in [&self.pool.singles, &self.pool.pairs] {
+            for mut cur in [s.seeds, s.partial, s.empty, s.full, s.quarantine] {
+                while let Some(h) = cur {
+                    // SAFETY: the pool's lists hold live slab heads; `&self` excludes writers.
+                    let x = unsafe { h.as_ref() };
+                    if let Some(r) = x.slab {
+                        f(r);
+                    }
+                    cur = x.next;
+                }
+            }
+        }
+        for mut cur in [self.pool.arrays[0], self.pool.arrays[1], self.pool.q_arrays] {
+            while let Some(a) = cur {
+                // SAFETY: free arrays of this pool, linked by `push_array` or
+                // `quarantine_array`.
+                let x = unsafe { a.as_ref() };
+                if let Some(r) = x.slab {
+                    f(r);
+                }
+                cur = x.next;
+            }
+        }
+        let mut cur = self.pool.retired;
+        while let Some(r) = cur {
+            // SAFETY: retired slabs of this pool, linked by `retire`.
+            let x = unsafe { r.as_ref() };
+            f(x.slab);
+            cur = x.next;
+        }
+        for (i, span) in self.spans() {
+            for index in 0..span.sections() {
+                if let Some((_, Some(a))) = self.section_cell_copy(SecRef { span: i, index })
+                    && let Origin::Slab(r) | Origin::Hosted(r) = a.origin
+                {
+                    f(r);
+                }
+            }
+        }
+    }
+
+    /// The slots of the spans but `slot`, with their section counts.
+    fn other_spans(&self, slot: u8) -> [(u8, u32); MAX_SPANS_PER_ZONE] {
+        let mut out = [(0, 0); MAX_SPANS_PER_ZONE];
+        for (o, (i, span)) in out.iter_mut().zip(self.spans().filter(|(i, _)| *i != slot)) {
+            *o = (i, span.sections());
+        }
+        out
+    }
+
+    /// Moves pageblock `r`'s planes into a slot in service; `Err` if the pool has none to spare.
+    fn relocate_planes(&mut self, r: PbRef) -> Result<(), Short> {
+        let Some(old) = self.plane_ref(r) else {
+            return Ok(());
+        };
+        let (kind, _) = old.slot();
+        let q = self.pool.take_slot(kind, Need::Normal).ok_or(kind)?;
+        Pool::set_owner(kind, q, r.pack());
+        // SAFETY: `old` is held by `r`'s live header and `q` is a slot of this pool's, free and
+        // sized and aligned for its kind; `&mut self` excludes every other access.
+        let new = unsafe {
+            match old {
+                PlaneRef::Single(p) => {
+                    let q = q.cast::<UnsafeCell<Plane>>();
+                    q.write(UnsafeCell::new(p.as_ref().with(|c| *c)));
+                    PlaneRef::Single(q)
+                }
+                PlaneRef::Pair(p) => {
+                    let q = q.cast::<UnsafeCell<[Plane; 2]>>();
+                    q.write(UnsafeCell::new(p.as_ref().with(|c| *c)));
+                    PlaneRef::Pair(q)
+                }
+            }
+        };
+        self.set_plane_ref(r, Some(new));
+        self.pool.put_planes(old);
+        Ok(())
+    }
+
+    /// Moves section `s`'s pool array `old` into a free array in service; `Err` if the pool
+    /// has none.
+    fn relocate_array(&mut self, s: SecRef, old: ArrayRef) -> Result<(), Short> {
+        let (a, slab) = self.pool.pop_array(None).ok_or(Short::Arrays)?;
+        let ptr = a.cast::<UnsafeCell<PbCell>>();
+        for i in 0..usize::from(old.len) {
+            // SAFETY: the old array holds `len` live cells and the new one, ours now, room for
+            // as many (`ARRAY_BYTES`); `&mut self` excludes every other access.
+            unsafe {
+                let (header, planes) = old.ptr.add(i).as_ref().with(|c| ((*c).header, (*c).planes));
+                ptr.add(i).write(UnsafeCell::new(PbCell { header, planes }));
+            }
+        }
+        self.set_section_array(
+            s,
+            Some(ArrayRef {
+                ptr,
+                len: old.len,
+                origin: slab.map_or(Origin::Seed, Origin::Slab),
+            }),
+        );
+        self.pool.put_array(old);
+        Ok(())
+    }
+
+    /// Gives section `s`'s pool array back (its pageblocks must have no planes any more),
+    /// leaving the section without one; an array of its own memory stays with it.
+    pub(crate) fn drop_array(&mut self, s: SecRef) {
+        if let Some((_, Some(array))) = self.section_cell_copy(s)
+            && matches!(array.origin, Origin::Seed | Origin::Slab(_))
+        {
+            self.set_section_array(s, None);
+            self.pool.put_array(array);
+        }
+    }
+
+    /// Removes the span in `slot` and its metadata memory from the zone, once nothing of it is
+    /// in use: no other span's planes or arrays lie in it ([`ZoneMeta::evacuate`]) and its own
+    /// pageblocks' planes and its sections' pool arrays went back ([`ZoneMeta::drop_planes`],
+    /// [`ZoneMeta::drop_array`]). Returns the memory to unmap; `None` (changing nothing) if
+    /// some of it is still in use.
+    pub(crate) fn remove(&mut self, slot: u8) -> Option<Leaving> {
+        let span = *self.span(slot)?;
+        let away = span.away();
+        if self.pool.holds_planes(away) || self.arrays_in(away, None) {
+            return None;
+        }
+        let mut out = Leaving {
+            region: (span.region, span.region_at()),
+            head: None,
+        };
+        for index in 0..span.sections() {
+            if let Some((_, Some(a))) = self.section_cell_copy(SecRef { span: slot, index })
+                && let Origin::Hosted(r) = a.origin
+            {
+                self.pool.bytes -= r.bytes();
+                // SAFETY: a hosted array is mapped at its start, and its section, whose
+                // memory it describes, leaves with the span: nothing uses it any more.
+                unsafe { out.push(a.ptr.cast(), r) };
+            }
+        }
+        self.pool.leave(away, &mut out);
+        self.spans[usize::from(slot)] = None;
+        Some(out)
     }
 }
 
@@ -1655,7 +2451,8 @@ mod tests {
         pool.bytes = 3 * PAGE_SIZE;
         let per = Pool::per_slab(Short::Singles);
         let mut taken = Vec::new();
-        while let Some(p) = pool.take_planes(Plane::FULL, None, Need::Growth) {
+        let owner = PbRef { span: 0, index: 7 };
+        while let Some(p) = pool.take_planes(Plane::FULL, None, Need::Growth, owner) {
             taken.push(p);
         }
         assert_eq!(taken.len() as u64, 4 * per);
@@ -1684,6 +2481,62 @@ mod tests {
                     .all(|&b| b == 0)
             );
         }
+    }
+
+    #[test]
+    fn the_owner_index_names_each_slot_s_pageblock_until_it_is_given_back() {
+        let mem = Pages::new(2);
+        let mut pool = Pool::default();
+        // SAFETY: two pages, page aligned, ours alone: a zone slab of each plane kind.
+        unsafe {
+            pool.add_raw(Short::Singles, mem.page(0), Some(frames(300, 1)));
+            pool.add_raw(Short::Pairs, mem.page(1), Some(frames(301, 1)));
+        }
+        pool.bytes = 2 * PAGE_SIZE;
+        let (singles, pairs) = (Pool::per_slab(Short::Singles), Pool::per_slab(Short::Pairs));
+        // The head and its index take a few slots, no more.
+        assert_eq!(Pool::slots(Short::Singles) as u64 - singles, 5);
+        assert_eq!(Pool::slots(Short::Pairs) as u64 - pairs, 2);
+        let owner = |i: u32| PbRef {
+            span: (i % 3) as u8,
+            index: 1000 + i,
+        };
+        let mut taken = Vec::new();
+        for i in 0..singles as u32 {
+            let p = pool
+                .take_planes(Plane::EMPTY, None, Need::Growth, owner(i))
+                .unwrap();
+            let (kind, slot) = p.slot();
+            assert_eq!(Pool::owner(kind, slot), owner(i).pack());
+            taken.push((p, owner(i)));
+        }
+        // The slab is full: off the partial list, on the full one, and nothing is free.
+        assert!(pool.singles.partial.is_none() && pool.singles.full.is_some());
+        assert!(pool.consistent());
+        let q = pool
+            .take_planes(Plane::EMPTY, Some(Plane::FULL), Need::Growth, owner(99))
+            .unwrap();
+        assert_eq!(q.slot().0, Short::Pairs);
+        assert_eq!(Pool::owner(Short::Pairs, q.slot().1), owner(99).pack());
+        // Every slot names its own owner, distinct slots for distinct owners.
+        let mut slots: Vec<_> = taken.iter().map(|(p, _)| p.slot().1).collect();
+        slots.sort();
+        slots.dedup();
+        assert_eq!(slots.len(), taken.len());
+        let (first, _) = taken.remove(0);
+        pool.put_planes(first);
+        assert_eq!(Pool::owner(Short::Singles, first.slot().1), NIL);
+        assert!(pool.singles.full.is_none() && pool.singles.partial.is_some());
+        for (p, o) in &taken {
+            assert_eq!(Pool::owner(Short::Singles, p.slot().1), o.pack());
+        }
+        for (p, _) in taken {
+            pool.put_planes(p);
+        }
+        pool.put_planes(q);
+        assert!(pool.singles.empty.is_some() && pool.pairs.empty.is_some());
+        assert_eq!(pool.singles.free, singles);
+        assert!(pool.consistent());
     }
 
     #[test]

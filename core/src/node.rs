@@ -111,7 +111,7 @@ impl ZoneInner {
             Mark::Min => self.marks.min,
             Mark::Reserve => 0,
         };
-        self.area.free_pages.saturating_sub(keep)
+        (self.area.free_pages - self.area.isolated_pages).saturating_sub(keep)
     }
 }
 
@@ -143,7 +143,8 @@ impl From<NoBlock> for Refused {
 #[derive(Debug)]
 pub struct Zone {
     kind: ZoneKind,
-    /// Frames the zone manages, readable without the lock (it only grows).
+    /// Frames the zone manages, readable without the lock (it grows by hot-add and shrinks by
+    /// offlining).
     managed: AtomicU64,
     /// Allocations waiting for a scrub of this zone to give its unit back.
     scrub_waiters: AtomicU32,
@@ -169,7 +170,8 @@ impl Zone {
         self.kind
     }
 
-    /// `true` if the zone has memory (it never loses it).
+    /// `true` if the zone has memory (it loses it only to offlining, which takes the memory's
+    /// pageblocks back from every cache first).
     pub(crate) fn has_memory(&self) -> bool {
         // Relaxed: a zone that gets its first memory concurrently may be skipped once.
         self.managed.load(Ordering::Relaxed) > 0
@@ -606,10 +608,16 @@ impl Zone {
         self.inner.lock().area.check(node)
     }
 
-    /// Runs `f` on the zone's free area under its lock, for tests that break it on purpose.
-    #[cfg(test)]
+    /// Runs `f` on the zone's free area under its lock: the steps of memory offlining (see
+    /// `buddy::offline`), and tests that break it on purpose.
     pub(crate) fn with_area<R>(&self, f: impl FnOnce(&mut FreeArea) -> R) -> R {
         f(&mut self.inner.lock().area)
+    }
+
+    /// The zone manages `frames` frames fewer: a span of it went offline.
+    pub(crate) fn shrink_managed(&self, frames: u64) {
+        // Relaxed: see `has_memory`.
+        self.managed.fetch_sub(frames, Ordering::Relaxed);
     }
 }
 

@@ -430,6 +430,8 @@ mod claim {
     pub(super) const CLAIMED: u8 = 1;
     /// A remote drain asked the handle to give back every pageblock.
     pub(super) const REQUEST: u8 = 2;
+    /// Memory went offline: the handle forgets the span it freed into last, which may be gone.
+    pub(super) const FORGET: u8 = 4;
 }
 
 /// Every CPU's cache, the tuning they share, and the pressure flag.
@@ -949,6 +951,55 @@ impl<'a> Caches<'a> {
         }
     }
 
+    /// Gives back to their zones the pageblocks `cpu` holds with frames in `range`, memory
+    /// going offline. When a handle holds the cache, it posts a request instead, as
+    /// [`Caches::drain_cpu`] does: those pageblocks stay lent until the handle honours it.
+    pub(crate) fn drain_range(&self, cpu: CpuId, nodes: Nodes<'_>, range: PhysRange) {
+        let Some(pc) = self.cpus.get(cpu.index()) else {
+            return;
+        };
+        loop {
+            if let Some(mut c) = lock_unclaimed(pc) {
+                for i in 0..SLOTS {
+                    let s = &c.slots[i];
+                    let at = |off: usize| Pfn::new(s.base.get() + off as u64);
+                    if s.key.is_some()
+                        && PhysRange::new(at(s.lo), at(s.hi)).is_some_and(|r| r.overlaps(&range))
+                    {
+                        give_back(&mut c.slots[i], &pc.states[i], nodes);
+                    }
+                }
+                return;
+            }
+            // Release: as in `drain_cpu`.
+            if pc.flags.fetch_or(claim::REQUEST, Ordering::Release) & claim::CLAIMED != 0 {
+                return;
+            }
+        }
+    }
+
+    /// Makes `cpu` forget the span it freed into last if it lies in `range`, memory that went
+    /// offline (the range may come back in another zone). When a handle holds the cache, it
+    /// posts a note the handle honours before its next operation or when it drops.
+    pub(crate) fn forget_range(&self, cpu: CpuId, range: PhysRange) {
+        let Some(pc) = self.cpus.get(cpu.index()) else {
+            return;
+        };
+        loop {
+            if let Some(mut c) = lock_unclaimed(pc) {
+                if c.last.is_some_and(|l| l.range.overlaps(&range)) {
+                    c.last = None;
+                }
+                return;
+            }
+            // Release: the layout published before this is seen by the handle once its Acquire
+            // load finds the note, so its next lookup cannot find the old span.
+            if pc.flags.fetch_or(claim::FORGET, Ordering::Release) & claim::CLAIMED != 0 {
+                return;
+            }
+        }
+    }
+
     /// Runs `retry` under pressure after every CPU gave back the pageblocks of the (node, zone)
     /// pairs `wanted` accepts (a claimed CPU gets a request; see the module doc). The retry
     /// runs even if this drain found nothing: another CPU may have given its frames back
@@ -1088,7 +1139,7 @@ impl<'m> Owned<'m, '_> {
     fn honour(&mut self) {
         // Acquire: pairs with the Release of the request, so the tuning and pressure stored
         // before it are seen by this operation.
-        if self.pc.flags.load(Ordering::Acquire) & claim::REQUEST != 0 {
+        if self.pc.flags.load(Ordering::Acquire) & (claim::REQUEST | claim::FORGET) != 0 {
             self.honour_now();
         }
     }
@@ -1099,8 +1150,9 @@ impl<'m> Owned<'m, '_> {
     /// something else now.
     ///
     /// The walk's fast path would pop from the same slot: its zone is still the first of the
-    /// node with memory for the request (zones gain memory by hot-add, never lose it; a zone
-    /// earlier in the list that gains some is used once this slot runs dry).
+    /// node with memory for the request (zones gain memory by hot-add, and lose it only to
+    /// offlining, which first takes its pageblocks back from this slot; a zone earlier in the
+    /// list that gains some is used once this slot runs dry).
     ///
     /// Whether the frame may be dirty is exact only in the `poison` debug mode; other builds
     /// say it may be (see `hand_out_hot`), which is always safe to believe.
@@ -1182,10 +1234,18 @@ impl<'m> Owned<'m, '_> {
     fn honour_now(&mut self) {
         // Acquire: as in `honour`. Cleared before the drain: a request posted during it is
         // honoured next time.
-        self.pc.flags.fetch_and(!claim::REQUEST, Ordering::Acquire);
-        drain_slots(self.pc, &mut self.c, self.nodes, |_, _| true);
-        self.hot = None;
-        self.high = self.caches.tuning().high as usize;
+        let was = self
+            .pc
+            .flags
+            .fetch_and(!(claim::REQUEST | claim::FORGET), Ordering::Acquire);
+        if was & claim::FORGET != 0 {
+            self.c.last = None;
+        }
+        if was & claim::REQUEST != 0 {
+            drain_slots(self.pc, &mut self.c, self.nodes, |_, _| true);
+            self.hot = None;
+            self.high = self.caches.tuning().high as usize;
+        }
     }
 
     /// Gives slot `i`'s pageblock back to its zone (its frees left more than `high` free).
@@ -1422,7 +1482,10 @@ impl Drop for Owned<'_, '_> {
         count_local(c.events, self.pc.node, core::mem::take(&mut c.hits));
         // Acquire: as in `honour`; Release: a drain that finds the claim gone takes the lock,
         // which this guard gives up right after.
-        if self.pc.flags.fetch_and(!claim::CLAIMED, Ordering::AcqRel) & claim::REQUEST != 0 {
+        if self.pc.flags.fetch_and(!claim::CLAIMED, Ordering::AcqRel)
+            & (claim::REQUEST | claim::FORGET)
+            != 0
+        {
             self.honour_now();
         }
     }

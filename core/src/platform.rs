@@ -30,16 +30,19 @@ use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
 /// numaframe maps a frame again only after it gave up the earlier view with
 /// [`unmap`](PhysMemory::unmap), so mutable views never alias: a frame it took for its metadata
 /// stays metadata until [`Machine::trim_metadata`](crate::Machine::trim_metadata) unmaps it and
-/// gives it back to free memory. Any CPU may call `map` and `unmap` (the allocator grows its
+/// gives it back to free memory, or [`Machine::offline`](crate::Machine::offline) unmaps it with
+/// the memory it takes away (a span's metadata region through the `PhysMemory` the span was
+/// added with). Any CPU may call `map` and `unmap` (the allocator grows its
 /// metadata from whichever CPU needs it), with no allocator lock held, hence `Sync`.
 pub unsafe trait PhysMemory: Sync {
     /// A pointer to the first byte of `range`, or `None` if the platform cannot map it.
     fn map(&self, range: PhysRange) -> Option<NonNull<u8>>;
 
     /// The allocator is done with `range`, which `map` returned `ptr` for: it never reads or
-    /// writes through `ptr` again, and the frames go back to its free memory (so a later `map`
-    /// may ask for them again). The default keeps the mapping, which suits a platform whose
-    /// `map` only translates addresses.
+    /// writes through `ptr` again, and the frames go back to its free memory, or to the
+    /// platform when they leave with memory taken offline (either way a later `map` may ask for
+    /// them again). The default keeps the mapping, which suits a platform whose `map` only
+    /// translates addresses.
     fn unmap(&self, range: PhysRange, ptr: NonNull<u8>) {
         let _ = (range, ptr);
     }

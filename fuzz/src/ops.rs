@@ -28,8 +28,8 @@ use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BootError, BootOptions, CpuId, FrameClearer, FreeError, Machine, MemoryRange,
-    NodeId, NodeMask, Order, PAGE_SIZE, PcpConfig, Pfn, PhysRange, PolicyError, REPORT_CAPACITY,
-    ReportError, ZoneKind,
+    NodeId, NodeMask, OfflineError, OfflineOptions, Order, PAGE_SIZE, PcpConfig, Pfn, PhysRange,
+    PolicyError, REPORT_CAPACITY, ReportError, ZoneKind,
 };
 use numaframe_testkit::{Snap, SparseMem, Spec, memory_range};
 
@@ -211,6 +211,27 @@ pub enum Op {
         capacity: u8,
         take: u8,
     },
+    /// Takes the `pick`-th span present and the `extend` next ones offline, the range made a
+    /// bad one by `mutate` (an edge moved by `offset`, an empty range, or one near an anchor);
+    /// a refused range stays isolated with `keep`.
+    Offline {
+        pick: u8,
+        extend: u8,
+        mutate: u8,
+        offset: i16,
+        keep: bool,
+        boot_order: bool,
+    },
+    /// Ends the isolation of the `pick`-th span present and the `extend` next ones.
+    Unisolate {
+        pick: u8,
+        extend: u8,
+    },
+    /// Hot-adds a span that went offline back to its node.
+    ReAdd {
+        pick: u8,
+        boot_order: bool,
+    },
 }
 
 /// What kind of block the model holds.
@@ -348,8 +369,13 @@ struct Harness<'m, 'a> {
     model: BTreeMap<u64, Block>,
     /// Blocks freed earlier, for double frees.
     freed: Vec<(Pfn, Order, Kind)>,
-    /// Every range given to the machine, at boot or by a successful hot-add.
-    present: Vec<PhysRange>,
+    /// Every span the machine has (the zone parts of the ranges given at boot or by a
+    /// successful hot-add, split at 4 GiB, metadata included), with its node.
+    present: Vec<(NodeId, PhysRange)>,
+    /// The spans that went offline, for re-adds.
+    gone: Vec<(NodeId, PhysRange)>,
+    /// The spans an offline left isolated.
+    isolated: Vec<PhysRange>,
     /// Frames the successful hot-adds added.
     hot_added: u64,
     /// Interesting frame numbers for raw frees and hot-adds.
@@ -365,11 +391,14 @@ struct Harness<'m, 'a> {
 impl<'m, 'a> Harness<'m, 'a> {
     fn new(m: &'m Machine<'a>, mem: &'a SparseMem, ranges: &[MemoryRange]) -> Self {
         let boot = Snap::of(m);
-        let present: Vec<PhysRange> = ranges.iter().map(|r| r.range).collect();
+        let present: Vec<(NodeId, PhysRange)> = ranges
+            .iter()
+            .flat_map(|r| zone_parts(r.range).map(|p| (r.node, p)))
+            .collect();
         let mut anchors = vec![0, DMA32_END, 3 * DMA32_END, 1 << 40, PFN_LIMIT - 64];
-        for r in &present {
-            anchors.push(r.start().get());
-            anchors.push(r.end().get());
+        for r in ranges {
+            anchors.push(r.range.start().get());
+            anchors.push(r.range.end().get());
         }
         let known_cpus = m.cpu_count();
         let mut cpus: Vec<CpuId> = (0..known_cpus).filter_map(|i| m.cpu(i)).collect();
@@ -380,6 +409,8 @@ impl<'m, 'a> Harness<'m, 'a> {
             model: BTreeMap::new(),
             freed: Vec::new(),
             present,
+            gone: Vec::new(),
+            isolated: Vec::new(),
             hot_added: 0,
             anchors,
             full: boot.zones.iter().map(|z| z.buddyinfo).collect(),
@@ -437,6 +468,12 @@ impl<'m, 'a> Harness<'m, 'a> {
                 b.order
             );
         }
+        let block = PhysRange::new(pfn, Pfn::new(pfn.get() + order.frames())).expect("ordered");
+        assert!(
+            !self.isolated.iter().any(|r| r.overlaps(&block)),
+            "{pfn:?}/{order:?} handed out from isolated memory {:?}",
+            self.isolated
+        );
         self.model.insert(pfn.get(), Block { order, kind });
         node
     }
@@ -792,6 +829,221 @@ impl<'m, 'a> Harness<'m, 'a> {
                 };
                 self.hot_add(node_of(node), range, opts);
             }
+            Op::Offline {
+                pick,
+                extend,
+                mutate,
+                offset,
+                keep,
+                boot_order,
+            } => {
+                let range = self.pick_spans(pick, extend, mutate, offset);
+                let opts = OfflineOptions {
+                    keep_isolated: keep,
+                    fallback: FallbackOptions {
+                        linux_boot_order: boot_order,
+                    },
+                };
+                self.offline(range, opts);
+            }
+            Op::Unisolate { pick, extend } => {
+                let range = self.pick_spans(pick, extend, 0, 0);
+                self.unisolate(range);
+            }
+            Op::ReAdd { pick, boot_order } => {
+                if self.gone.is_empty() {
+                    return;
+                }
+                let (node, range) = self.gone[usize::from(pick) % self.gone.len()];
+                let opts = FallbackOptions {
+                    linux_boot_order: boot_order,
+                };
+                self.hot_add(node, range, opts);
+                assert_eq!(m.node_of(range.start()), Some(node), "{range:?} came back");
+            }
+        }
+    }
+
+    /// The spans present, ascending.
+    fn spans(&self) -> Vec<(NodeId, PhysRange)> {
+        let mut v = self.present.clone();
+        v.sort_by_key(|(_, r)| r.start());
+        v
+    }
+
+    /// A range for offlining: from the `pick`-th span present through `extend % 3` more, or
+    /// with `mutate` made a bad one.
+    fn pick_spans(&self, pick: u8, extend: u8, mutate: u8, offset: i16) -> PhysRange {
+        let spans = self.spans();
+        let (start, end) = if spans.is_empty() || mutate >= 240 {
+            let base = self.anchors[usize::from(pick) % self.anchors.len()];
+            let start = base.saturating_add_signed(i64::from(offset));
+            (start, start.saturating_add(u64::from(extend) << 9))
+        } else {
+            let i = usize::from(pick) % spans.len();
+            let j = (i + usize::from(extend % 3)).min(spans.len() - 1);
+            (spans[i].1.start().get(), spans[j].1.end().get())
+        };
+        let moved = |x: u64| x.saturating_add_signed(i64::from(offset));
+        let (start, end) = match mutate {
+            160..=191 => (moved(start), end),
+            192..=223 => (start, moved(end)),
+            224..=239 => (start, start),
+            _ => (start, end),
+        };
+        PhysRange::new(Pfn::new(start), Pfn::new(end.max(start))).expect("ordered")
+    }
+
+    /// The rule a range to take offline (or unisolate) must follow, transcribed: not empty,
+    /// every frame in a span, no span cut by it, none holding tables boot carved. The spans
+    /// it covers, or the error.
+    fn whole_spans(&self, range: PhysRange) -> Result<Vec<(NodeId, PhysRange)>, OfflineError> {
+        if range.is_empty() {
+            return Err(OfflineError::Empty);
+        }
+        // Every table boot carved: the machine's, each node's and each CPU's.
+        let tables: Vec<PhysRange> = core::iter::once(self.m.machine_tables().frames)
+            .chain(
+                (0..self.m.nodes().len())
+                    .filter_map(|i| self.m.node_tables(NodeId::new(i)))
+                    .map(|t| t.frames),
+            )
+            .chain(
+                (0..self.m.cpu_count())
+                    .filter_map(|i| self.m.cpu_tables(self.m.cpu(i)?))
+                    .map(|t| t.frames),
+            )
+            .collect();
+        let spans: Vec<(NodeId, PhysRange)> = self
+            .spans()
+            .into_iter()
+            .filter(|(_, s)| s.overlaps(&range))
+            .collect();
+        let mut at = range.start();
+        for (_, s) in &spans {
+            if s.start() < range.start() {
+                return Err(OfflineError::Partial { pfn: range.start() });
+            }
+            if s.start() > at {
+                return Err(OfflineError::Foreign { pfn: at });
+            }
+            if s.end() > range.end() {
+                return Err(OfflineError::Partial { pfn: range.end() });
+            }
+            if tables.iter().any(|t| s.overlaps(t)) {
+                return Err(OfflineError::Tables { start: s.start() });
+            }
+            at = s.end();
+        }
+        if at < range.end() {
+            return Err(OfflineError::Foreign { pfn: at });
+        }
+        Ok(spans)
+    }
+
+    /// An offline, judged by the model: bad ranges are refused as the rule says, with nothing
+    /// changed; a range holding blocks the model has handed out is refused as busy, with the
+    /// pageblocks they touch and the first one's frame; any other range leaves, its nodes
+    /// memoryless if it was their last memory, and its frames are the machine's no more.
+    fn offline(&mut self, range: PhysRange, opts: OfflineOptions) {
+        let m = self.m;
+        let before = Snap::of(m);
+        let want = self.whole_spans(range);
+        let usable: Vec<PhysRange> = want
+            .iter()
+            .flatten()
+            .map(|&(_, s)| usable_part(m, s))
+            .collect();
+        let result = m.offline(self.mem, range, opts);
+        let spans = match want {
+            Err(e) => {
+                assert_eq!(result, Err(e), "offline of {range:?}");
+                assert_eq!(
+                    Snap::of(m),
+                    before,
+                    "a refused offline ({e:?}) changed the machine"
+                );
+                return;
+            }
+            Ok(spans) => spans,
+        };
+        // Pageblocks with a block of the model in the range, and the first frame in use.
+        let mut pbs = std::collections::BTreeSet::new();
+        let mut first = None;
+        for (&p, b) in self.model.range(..range.end().get()) {
+            let end = p + b.order.frames();
+            if end <= range.start().get() {
+                continue;
+            }
+            first = first.or(Some(Pfn::new(p)));
+            pbs.extend((p >> 9)..=((end - 1) >> 9));
+        }
+        match (result, first) {
+            (Ok(()), None) => {}
+            (Err(OfflineError::Busy { busy, pfn }), Some(f)) => {
+                assert_eq!(
+                    (busy, pfn),
+                    (pbs.len() as u64, f),
+                    "busy offline of {range:?}"
+                );
+                if opts.keep_isolated {
+                    for (_, s) in &spans {
+                        if !self.isolated.contains(s) {
+                            self.isolated.push(*s);
+                        }
+                    }
+                }
+                return;
+            }
+            // Moving other memory's metadata out may need memory the nodes do not have.
+            (Err(OfflineError::NoMetadata { node }), None) => {
+                assert!(spans.iter().any(|(n, _)| *n == node), "{node:?}");
+                if opts.keep_isolated {
+                    self.isolated.extend(spans.iter().map(|(_, s)| *s));
+                }
+                return;
+            }
+            (r, _) => panic!("offline of {range:?} ({spans:?}): {r:?}, model holds {first:?}"),
+        }
+        for ((node, s), u) in spans.into_iter().zip(usable) {
+            self.present.retain(|(_, r)| *r != s);
+            self.isolated.retain(|r| *r != s);
+            self.gone.push((node, s));
+            assert_eq!(m.node_of(s.start()), None, "{s:?} left");
+            let zone = node.index() * 2 + usize::from(s.start().get() >= DMA32_END);
+            for (k, n) in greedy(u).iter().enumerate() {
+                self.full[zone][k] -= n;
+            }
+            let left = self.present.iter().any(|(n, _)| *n == node);
+            assert_eq!(m.memory_nodes().contains(node), left, "{node:?}'s memory");
+        }
+    }
+
+    /// An unisolate, judged by the model: the rule of [`Harness::whole_spans`], then every
+    /// span must be isolated; a refusal changes nothing.
+    fn unisolate(&mut self, range: PhysRange) {
+        let m = self.m;
+        let before = Snap::of(m);
+        let want = self.whole_spans(range).and_then(|spans| {
+            match spans.iter().find(|(_, s)| !self.isolated.contains(s)) {
+                Some((_, s)) => Err(OfflineError::NotIsolated { pfn: s.start() }),
+                None => Ok(spans),
+            }
+        });
+        let result = m.unisolate(range);
+        match want {
+            Err(e) => {
+                assert_eq!(result, Err(e), "unisolate of {range:?}");
+                assert_eq!(
+                    Snap::of(m),
+                    before,
+                    "a refused unisolate changed the machine"
+                );
+            }
+            Ok(spans) => {
+                assert_eq!(result, Ok(()), "unisolate of {range:?}");
+                self.isolated.retain(|r| !spans.iter().any(|(_, s)| s == r));
+            }
         }
     }
 
@@ -1021,7 +1273,7 @@ impl<'m, 'a> Harness<'m, 'a> {
         let m = self.m;
         let before = Snap::of(m);
         let result = m.hot_add(self.mem, node, range, opts);
-        let overlaps = self.present.iter().any(|r| r.overlaps(&range));
+        let overlaps = self.present.iter().any(|(_, r)| r.overlaps(&range));
         if node.index() >= NODES {
             assert_eq!(result, Err(BootError::UnknownNode { node }));
         } else if range.is_empty() || range.end().get() > PFN_LIMIT {
@@ -1067,7 +1319,8 @@ impl<'m, 'a> Harness<'m, 'a> {
                 self.full[i][k] += a.buddyinfo[k] - b.buddyinfo[k];
             }
         }
-        self.present.push(range);
+        self.present.extend(zone_parts(range).map(|p| (node, p)));
+        self.gone.retain(|(_, r)| !r.overlaps(&range));
         self.hot_added += range.frames();
         self.anchors.push(range.start().get());
         self.anchors.push(range.end().get());
@@ -1254,7 +1507,120 @@ impl<'m, 'a> Harness<'m, 'a> {
     }
 }
 
+/// The parts of `range` below and above 4 GiB (the spans a range becomes).
+fn zone_parts(range: PhysRange) -> impl Iterator<Item = PhysRange> {
+    let (a, b) = range.split_at(Pfn::new(DMA32_END));
+    [a, b].into_iter().filter(|r| !r.is_empty())
+}
+
+/// The frames of span `s` the machine manages: its start up to the first frame it does not
+/// own (the metadata, and the tables, are carved from its end).
+fn usable_part(m: &Machine<'_>, s: PhysRange) -> PhysRange {
+    let (mut lo, mut hi) = (s.start().get(), s.end().get());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if m.node_of(Pfn::new(mid)).is_some() {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    PhysRange::new(s.start(), Pfn::new(lo)).expect("ordered")
+}
+
+/// The free blocks of a wholly free span over `range`: its maximal aligned blocks, 1 GiB at
+/// most (buddies never cross a span).
+fn greedy(range: PhysRange) -> [u64; NR_ORDERS] {
+    let mut counts = [0; NR_ORDERS];
+    let (mut p, end) = (range.start().get(), range.end().get());
+    while p < end {
+        let mut k = p.trailing_zeros().min(u32::from(numaframe::MAX_ORDER));
+        while p + (1 << k) > end {
+            k -= 1;
+        }
+        counts[k as usize] += 1;
+        p += 1 << k;
+    }
+    counts
+}
+
 /// A node mask over ids 0..8 (3.. unknown to the machine).
 fn mask_of(bits: u8) -> NodeMask {
     NodeMask::from_nodes((0..8).filter(|i| bits & (1 << i) != 0).map(NodeId::new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hand-written sequence through the harness's offline model: a hot-added span refused
+    /// while a frame of it is out, kept isolated, offlined once the frame is back, re-added;
+    /// bad ranges; and node 1's boot memory offlined and re-added. (The fuzzer finds the rest.)
+    #[test]
+    fn offline_ops_follow_the_model() {
+        let offline = |pick, mutate, keep| Op::Offline {
+            pick,
+            extend: 0,
+            mutate,
+            offset: 3,
+            keep,
+            boot_order: false,
+        };
+        let input = Input {
+            shape: 0,
+            fill: 0x5a,
+            min_free: 1,
+            pcp: (1, 64),
+            ops: vec![
+                Op::HotAdd {
+                    node: 2,
+                    anchor: 2,
+                    offset: 0,
+                    len: 4096,
+                    scale: 0,
+                    boot_order: false,
+                },
+                Op::Alloc {
+                    node: 2,
+                    order: 0,
+                    flags: 1,
+                },
+                offline(3, 0, true),
+                Op::Alloc {
+                    node: 2,
+                    order: 0,
+                    flags: 1,
+                },
+                Op::Unisolate { pick: 3, extend: 0 },
+                Op::Unisolate { pick: 3, extend: 0 },
+                offline(3, 0, true),
+                Op::Free {
+                    pick: 0,
+                    via: 0,
+                    mutate: 0,
+                },
+                offline(3, 170, false),
+                offline(3, 200, false),
+                offline(3, 230, false),
+                offline(0, 0, false),
+                offline(3, 0, false),
+                Op::FreeAgain { pick: 0, via: 0 },
+                Op::ReAdd {
+                    pick: 0,
+                    boot_order: true,
+                },
+                offline(2, 0, false),
+                Op::AllocCpu {
+                    cpu: 1,
+                    order: 0,
+                    flags: 0,
+                },
+                Op::ReAdd {
+                    pick: 0,
+                    boot_order: false,
+                },
+            ],
+        };
+        run_input(&input);
+    }
 }

@@ -178,6 +178,20 @@ fn quick_json_reports_every_scenario() {
         }
         assert!(r["timeouts"].as_u64() <= r["calls"].as_u64());
     }
+    let r = result(scenario::OFFLINE, name::NUMAFRAME);
+    assert_eq!(
+        r["range_bytes"].as_u64(),
+        Some(1 << 30),
+        "--quick offlines 1 GiB"
+    );
+    for k in ["fresh", "after_use", "busy", "re_add"] {
+        assert!(
+            r[k]["ns"].is_number() && r[k]["gib_per_s"].is_number(),
+            "offline: {k} = {}",
+            r[k]
+        );
+    }
+    assert!(r["busy_pageblocks"].as_u64().is_some_and(|n| n > 0));
     // --quick leaves out only what takes seconds per run, and says so.
     assert_eq!(doc["quick"], Value::Bool(true));
     for s in doc["skipped"].as_array().expect("a skipped array") {

@@ -12,8 +12,9 @@ use numaframe::policy::{Policy, TaskPolicy, auto_weights};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
     AllocFlags, BootError, BootOptions, BulkFreeError, FreeError, MAX_NODES, MAX_ORDER,
-    MAX_SPANS_PER_ZONE, Machine, MemoryRange, NodeId, NodeInfo, NodeMask, Order, PAGE_SIZE,
-    PcpConfig, Pfn, PhysAddr, PhysRange, PolicyError, TablePlace, Topology, TopologyError,
+    MAX_SPANS_PER_ZONE, Machine, MemoryRange, NodeId, NodeInfo, NodeMask, OfflineError,
+    OfflineOptions, Order, PAGE_SIZE, PcpConfig, Pfn, PhysAddr, PhysRange, PolicyError, TablePlace,
+    Topology, TopologyError,
 };
 use numaframe_hosted::readers::{parse_numactl, parse_toml};
 use numaframe_hosted::sim::{Sim, SimMemory};
@@ -1282,6 +1283,121 @@ fn hot_add_is_atomic_when_the_platform_cannot_map_the_second_piece() {
         m.hot_add(&w.mem, n(2), straddle, FallbackOptions::default())
     });
     assert!(matches!(r, Err(BootError::MapFailed { .. })), "{r:?}");
+}
+
+/// Offlining works on whole spans (the zone parts of boot and hot-added ranges). Every other
+/// range is refused with a typed error, nothing changed: empty, foreign (wholly or in part),
+/// partial (a boundary inside a range, aligned or not), overlapping two ranges, and ranges
+/// that boot carved tables from (the machine's, a node's, a CPU's). `unisolate` refuses the
+/// same, and ranges that are not isolated.
+#[test]
+fn bad_offlines_are_refused_and_change_nothing() {
+    let w = World::standard();
+    let m = w.boot();
+    let hot = FallbackOptions::default();
+    // Two adjacent hot-added ranges, and a frame in use in the first (it stays in use).
+    let (a, b) = (
+        range(5 * G4, 5 * G4 + 4096),
+        range(5 * G4 + 4096, 5 * G4 + 8192),
+    );
+    m.hot_add(&w.mem, n(2), a, hot).unwrap();
+    m.hot_add(&w.mem, n(2), b, hot).unwrap();
+    let held = m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).unwrap();
+    let [r0, r1] = [w.spec.ranges[0].range, w.spec.ranges[1].range];
+    let at = |p: u64| Pfn::new(p);
+    let opts = OfflineOptions::default();
+    let cases = [
+        (range(5 * G4, 5 * G4), OfflineError::Empty),
+        (
+            range(9 * G4, 9 * G4 + 512),
+            OfflineError::Foreign { pfn: at(9 * G4) },
+        ),
+        (
+            range(a.start().get() - 512, a.end().get()),
+            OfflineError::Foreign {
+                pfn: at(a.start().get() - 512),
+            },
+        ),
+        (
+            range(b.start().get(), b.end().get() + 1),
+            OfflineError::Foreign { pfn: b.end() },
+        ),
+        (
+            range(a.start().get(), a.end().get() - 512),
+            OfflineError::Partial {
+                pfn: at(a.end().get() - 512),
+            },
+        ),
+        // Unaligned: a boundary that is not even on a pageblock.
+        (
+            range(a.start().get() + 3, a.end().get()),
+            OfflineError::Partial {
+                pfn: at(a.start().get() + 3),
+            },
+        ),
+        (
+            range(a.start().get(), a.end().get() - 7),
+            OfflineError::Partial {
+                pfn: at(a.end().get() - 7),
+            },
+        ),
+        // Overlapping two ranges: the end of `a` and the start of `b`.
+        (
+            range(a.start().get() + 2048, b.start().get() + 2048),
+            OfflineError::Partial {
+                pfn: at(a.start().get() + 2048),
+            },
+        ),
+        // The Dma32 half of node 0's range holds the machine's tables; node 1's range holds
+        // node 1's own tables and its CPUs' (each node's come from its own memory).
+        (r0, OfflineError::Tables { start: r0.start() }),
+        (
+            range(r0.start().get(), G4),
+            OfflineError::Tables { start: r0.start() },
+        ),
+        (r1, OfflineError::Tables { start: r1.start() }),
+    ];
+    for (bad, want) in cases {
+        assert_eq!(
+            unchanged(&m, || m.offline(&w.mem, bad, opts)),
+            Err(want),
+            "{bad:?}"
+        );
+        let keep = OfflineOptions {
+            keep_isolated: true,
+            ..opts
+        };
+        assert_eq!(
+            unchanged(&m, || m.offline(&w.mem, bad, keep)),
+            Err(want),
+            "{bad:?}"
+        );
+        assert_eq!(unchanged(&m, || m.unisolate(bad)), Err(want), "{bad:?}");
+    }
+    assert_eq!(
+        unchanged(&m, || m.unisolate(a)),
+        Err(OfflineError::NotIsolated { pfn: a.start() })
+    );
+    // A range in use is refused with the count and the first frame in use; nothing changed.
+    assert_eq!(
+        unchanged(&m, || m.offline(
+            &w.mem,
+            range(a.start().get(), b.end().get()),
+            opts
+        )),
+        Err(OfflineError::Busy { busy: 1, pfn: held })
+    );
+    // `a` and `b` together are whole spans; the Normal half of node 0's range is one too, but
+    // node 0's own tables live there (its largest piece), so it stays.
+    m.free(held, Order::ZERO).unwrap();
+    m.offline(&w.mem, range(a.start().get(), b.end().get()), opts)
+        .unwrap();
+    assert_eq!(
+        unchanged(&m, || m.offline(&w.mem, range(G4, r0.end().get()), opts)),
+        Err(OfflineError::Tables { start: at(G4) })
+    );
+    m.check_invariants().unwrap();
+    assert_eq!(m.node(n(2)).unwrap().managed_pages(), 0);
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //!
 //! `STRESS_OPS` (operations per thread, default 20 000) and `STRESS_THREADS` (default 4) make a
 //! longer run: `STRESS_OPS=2000000 cargo test --release -p numaframe-tests --test stress`. The
-//! last test races `trim_metadata` against frees over a node big enough for the pool to grow.
+//! last tests race `trim_metadata` against frees over a node big enough for the pool to grow,
+//! and memory offlining and re-adding against threads that allocate.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -332,4 +333,197 @@ fn trim_metadata_races_frees() {
         boot_free,
         "every frame, the metadata's included, came back exactly once"
     );
+}
+
+/// Threads allocate and free (through the node walk, per-CPU caches and bulks, preferring the
+/// node whose memory comes and goes) while a controller takes hot-added ranges offline
+/// (isolated and kept for a retry, or not) and adds them back. A frame handed out from a range
+/// that went offline could not be freed afterwards (its free would be foreign, or a double
+/// free once the range is back): every free must succeed. Offlines both succeed and are
+/// refused as busy during the run. Afterwards, with every range back, every frame is accounted
+/// for exactly once.
+#[test]
+fn offline_and_re_add_race_allocations() {
+    use numaframe::{OfflineError, OfflineOptions, PhysAddr, PhysRange};
+    use numaframe_hosted::sim::SimMemory;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    const MIB: u64 = 1 << 20;
+    let ops = env("STRESS_OPS", 20_000);
+    let threads = env("STRESS_THREADS", 4).max(1);
+    let node = |cpus: Vec<u32>, mib: u64| NodeSpec {
+        cpus,
+        memory_bytes: mib * MIB,
+        socket: Some(0),
+        initiator: None,
+        bandwidth_gbps: None,
+    };
+    // Node 2 has CPUs and no memory at boot: its memory is the ranges that come and go.
+    let spec = MachineSpec::new(
+        "offline-3node",
+        vec![node(vec![0, 1], 24), node(vec![2, 3], 24), node(vec![4], 0)],
+        vec![10, 20, 20, 20, 10, 20, 20, 20, 10],
+        None,
+    )
+    .unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let base = spec.total_memory_bytes();
+    let ranges: Vec<PhysRange> = (0..4)
+        .map(|i| PhysRange::from_bytes(PhysAddr::new(base + i * 8 * MIB), 6 * MIB).unwrap())
+        .collect();
+    let extra = SimMemory::new(&[(base, 32 * MIB)]).unwrap();
+    let cpu_nodes: Vec<NodeId> = (0..threads)
+        .map(|t| NodeId::new([2, 0, 2, 1][t % 4]))
+        .collect();
+    let opts = BootOptions {
+        cpus: &cpu_nodes,
+        pcp: PcpConfig { batch: 8, high: 64 },
+        ..BootOptions::default()
+    };
+    let m = sim.boot(opts).unwrap();
+    let boot_total: u64 = m.nodes().iter().map(|n| n.managed_pages()).sum();
+    let node2 = NodeId::new(2);
+    for r in &ranges {
+        m.hot_add(&extra, node2, *r, Default::default()).unwrap();
+    }
+    let total: u64 = m.nodes().iter().map(|n| n.managed_pages()).sum();
+    let held = Held::default();
+    let stop = AtomicBool::new(false);
+    let (offlined, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (m, held, stop) = (&m, &held, &stop);
+            s.spawn(move || {
+                let cpu = m.cpu(t).unwrap();
+                let mut rng = Rng::new(0x0ff1_14e5 ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9));
+                let mut mine: Vec<(Pfn, u8)> = Vec::new();
+                let mut i = 0;
+                while i < ops || !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    if i > 50 * ops {
+                        break;
+                    }
+                    let want = [NodeId::new(0), NodeId::new(1), node2, node2][rng.index(4)];
+                    match rng.below(8) {
+                        _ if mine.len() >= 48 => {}
+                        0..=1 => {
+                            let order = [0u8, 0, 1, 3, 9][rng.index(5)];
+                            let flags = if rng.below(2) == 0 {
+                                AllocFlags::THISNODE
+                            } else {
+                                AllocFlags::empty()
+                            };
+                            if let Some(p) = m.alloc(want, Order::new(order), flags) {
+                                held.record(p, order);
+                                mine.push((p, order));
+                            }
+                            continue;
+                        }
+                        2 => {
+                            if let Some(p) = m.alloc_cpu(cpu, Order::ZERO, AllocFlags::empty()) {
+                                held.record(p, 0);
+                                mine.push((p, 0));
+                            }
+                            continue;
+                        }
+                        3 => {
+                            let mut out = vec![Pfn::new(0); rng.below(16) as usize];
+                            let got = m.alloc_bulk(want, AllocFlags::empty(), &mut out);
+                            for p in &out[..got] {
+                                held.record(*p, 0);
+                                mine.push((*p, 0));
+                            }
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if !mine.is_empty() {
+                        let (p, order) = mine.swap_remove(rng.index(mine.len()));
+                        held.forget(p);
+                        if rng.below(2) == 0 {
+                            m.free_cpu(cpu, p, Order::new(order)).unwrap();
+                        } else {
+                            m.free(p, Order::new(order)).unwrap();
+                        }
+                    }
+                }
+                for (p, order) in mine {
+                    held.forget(p);
+                    m.free_cpu(cpu, p, Order::new(order)).unwrap();
+                }
+            });
+        }
+        let (m, stop, extra, ranges) = (&m, &stop, &extra, &ranges);
+        let (offlined, refused) = (&offlined, &refused);
+        s.spawn(move || {
+            let mut rng = Rng::new(0x5eed_0ff1);
+            let mut online = [true; 4];
+            let rounds = (ops / 50).max(40);
+            for round in 0.. {
+                let done = round >= rounds
+                    && offlined.load(Ordering::Relaxed) > 0
+                    && refused.load(Ordering::Relaxed) > 0;
+                if done || round > 100 * rounds {
+                    break;
+                }
+                let k = rng.index(4);
+                if !online[k] {
+                    m.hot_add(extra, node2, ranges[k], Default::default())
+                        .unwrap();
+                    online[k] = true;
+                    continue;
+                }
+                let keep = rng.below(2) == 0;
+                let opts = OfflineOptions {
+                    keep_isolated: keep,
+                    ..OfflineOptions::default()
+                };
+                match m.offline(extra, ranges[k], opts) {
+                    Ok(()) => {
+                        online[k] = false;
+                        offlined.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(OfflineError::Busy { pfn, .. }) => {
+                        assert!(ranges[k].contains(pfn));
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        if keep {
+                            // Isolated: frees drain it; retry once, then give it back.
+                            std::thread::yield_now();
+                            match m.offline(extra, ranges[k], opts) {
+                                Ok(()) => {
+                                    online[k] = false;
+                                    offlined.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(OfflineError::Busy { .. }) => m.unisolate(ranges[k]).unwrap(),
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+                std::thread::yield_now();
+            }
+            for k in 0..4 {
+                if !online[k] {
+                    m.hot_add(extra, node2, ranges[k], Default::default())
+                        .unwrap();
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    assert!(held.0.lock().unwrap().is_empty());
+    let (offlined, refused) = (offlined.into_inner(), refused.into_inner());
+    assert!(
+        offlined > 0 && refused > 0,
+        "{offlined} offlines, {refused} refusals"
+    );
+    m.check_invariants().unwrap();
+    m.drain_all();
+    m.check_invariants().unwrap();
+    let managed: u64 = m.nodes().iter().map(|n| n.managed_pages()).sum();
+    let free: u64 = m.nodes().iter().map(|n| n.free_pages()).sum();
+    assert_eq!(managed, total, "every range came back whole");
+    assert!(total > boot_total);
+    assert_eq!(free, total, "every frame came back exactly once");
 }

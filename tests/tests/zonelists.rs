@@ -637,3 +637,152 @@ proptest! {
         check_placement(&t, 4 * MIB)?;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Offline.
+
+/// Ranges hot-added to nodes 3 and 5 (CPU-less, memoryless at boot) go offline: first with
+/// frames in use (refused, nothing changes), then freed. Each leaves its node memoryless again,
+/// with every list the oracle's for the new node states; then both come back by hot-add, and
+/// the lists are the oracle's again. Node 4's boot memory holds node 4's own tables, so it is
+/// refused (`Tables`), as Linux keeps a node's `pglist_data` in memory that cannot go offline.
+#[test]
+fn offline_leaves_memoryless_nodes_and_matches_the_oracle() {
+    use numaframe::{OfflineError, OfflineOptions};
+    use numaframe_testkit::Snap;
+    for opts in [DEFAULT, BOOT_ORDER] {
+        let mut t = hotplug_tables();
+        let spec = spec_of("hotplug", &t, 64 * MIB);
+        let base = spec.total_memory_bytes();
+        let extra = SimMemory::new(&[(base, 2 * 64 * MIB)]).expect("simulated memory");
+        let sim = Sim::new(&spec).expect("simulated memory");
+        let m = sim.boot(boot_options(opts)).expect("boot");
+        let added = |i: u64| {
+            PhysRange::from_bytes(PhysAddr::new(base + i * 64 * MIB), 64 * MIB).expect("pages")
+        };
+        let (added3, added5) = (added(0), added(1));
+        for (node, range) in [(3usize, added3), (5, added5)] {
+            m.hot_add(&extra, NodeId::new(node), range, opts)
+                .expect("hot-add");
+            t.has_memory[node] = true;
+        }
+        assert_eq!(
+            machine_orders(&m),
+            build_all_zonelists(&t, opts.linux_boot_order)
+        );
+        let boot4 = sim
+            .ranges()
+            .iter()
+            .find(|r| r.node == NodeId::new(4))
+            .expect("node 4's memory")
+            .range;
+        let offline = OfflineOptions {
+            fallback: opts,
+            ..OfflineOptions::default()
+        };
+        assert_eq!(
+            m.offline(sim.memory(), boot4, offline),
+            Err(OfflineError::Tables {
+                start: boot4.start()
+            })
+        );
+        for (node, range, mem) in [(3usize, added3, &extra), (5, added5, &extra)] {
+            let id = NodeId::new(node);
+            // Blocks in use in the range: a frame, a 2 MiB block, a frame of another class.
+            let held = [
+                (Order::ZERO, AllocFlags::THISNODE),
+                (Order::HUGE_2M, AllocFlags::THISNODE),
+                (Order::ZERO, AllocFlags::THISNODE | AllocFlags::SHORT_LIVED),
+            ]
+            .map(|(order, flags)| (m.alloc(id, order, flags).expect("memory"), order));
+            let before = Snap::of(&m);
+            let first = held.iter().map(|(p, _)| *p).min().expect("three");
+            assert_eq!(
+                m.offline(mem, range, offline),
+                Err(OfflineError::Busy {
+                    busy: 3,
+                    pfn: first
+                }),
+                "node {node}"
+            );
+            assert_eq!(Snap::of(&m), before, "a busy offline changes nothing");
+            m.check_invariants().expect("invariants");
+            for (p, order) in held {
+                m.free(p, order).expect("own block");
+            }
+            m.offline(mem, range, offline).expect("offline");
+            t.has_memory[node] = false;
+            m.check_invariants().expect("invariants");
+            assert!(!m.memory_nodes().contains(id));
+            assert_eq!(m.node(id).expect("node").managed_pages(), 0);
+            let orders = machine_orders(&m);
+            assert_eq!(
+                orders,
+                build_all_zonelists(&t, opts.linux_boot_order),
+                "after node {node} went offline ({opts:?})"
+            );
+            assert!(orders.iter().all(|row| !row.contains(&node)));
+            assert_eq!(m.alloc(id, Order::ZERO, AllocFlags::THISNODE), None);
+            assert_eq!(m.node_of(held[0].0), None);
+        }
+        for (node, range, mem) in [(5usize, added5, &extra), (3, added3, &extra)] {
+            m.hot_add(mem, NodeId::new(node), range, opts)
+                .expect("hot-add again");
+            t.has_memory[node] = true;
+            assert_eq!(
+                machine_orders(&m),
+                build_all_zonelists(&t, opts.linux_boot_order)
+            );
+        }
+        m.check_invariants().expect("invariants");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Random topologies of up to 12 nodes: a range hot-added to one node goes offline and
+    /// comes back, every list the oracle's for the node states at each step (a node that was
+    /// memoryless at boot is memoryless again in between). A boot range goes offline unless
+    /// boot carved tables from it (each node's own come from its memory), which is refused.
+    #[test]
+    fn offline_on_random_topologies_matches_the_oracle(
+        mut t in tables().prop_filter("small", |t| t.len() <= 12 && t.has_memory.iter().filter(|m| **m).count() >= 2),
+        pick in any::<prop::sample::Index>(),
+        boot_order in any::<bool>(),
+    ) {
+        let opts = FallbackOptions { linux_boot_order: boot_order };
+        let spec = spec_of("random", &t, 4 * MIB);
+        let base = spec.total_memory_bytes();
+        let extra = SimMemory::new(&[(base, 4 * MIB)]).expect("simulated memory");
+        let sim = Sim::new(&spec).expect("simulated memory");
+        let m = sim.boot(boot_options(opts)).expect("boot");
+        let offline = numaframe::OfflineOptions { fallback: opts, ..Default::default() };
+        let node = pick.index(t.len());
+        let added = PhysRange::from_bytes(PhysAddr::new(base), 4 * MIB).expect("whole pages");
+        m.hot_add(&extra, NodeId::new(node), added, opts).expect("hot-add");
+        let had = t.has_memory[node];
+        t.has_memory[node] = true;
+        prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+        m.offline(&extra, added, offline).expect("offline");
+        t.has_memory[node] = had;
+        prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+        m.check_invariants().expect("invariants");
+        m.hot_add(&extra, NodeId::new(node), added, opts).expect("hot-add again");
+        t.has_memory[node] = true;
+        prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+        let r = sim.ranges()[pick.index(sim.ranges().len())];
+        match m.offline(sim.memory(), r.range, offline) {
+            Err(numaframe::OfflineError::Tables { start }) => {
+                prop_assert_eq!(start, r.range.start());
+                prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+            }
+            other => {
+                other.expect("offline");
+                t.has_memory[r.node.index()] = node == r.node.index();
+                prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
+            }
+        }
+        m.check_invariants().expect("invariants");
+    }
+}

@@ -198,7 +198,11 @@ impl FreeArea {
                         pfn: span.section_start(index),
                     });
                 }
-                bucketed += u64::from(x.free_pbs > 0);
+                bucketed += u64::from(x.free_pbs > 0 && !self.isolated(slot));
+                // A free section of an isolated span is parked, on no list.
+                if x.state == SectionState::Free && self.isolated(slot) {
+                    found[Self::list(MAX_ORDER)] += 1;
+                }
             }
         }
         self.check_section_buckets(bucketed, node)?;
@@ -221,6 +225,8 @@ impl FreeArea {
         result?;
         self.check_buckets(node)?;
         self.check_pool(node)?;
+        self.check_owners(node)?;
+        self.check_isolation(node)?;
         for c in Class::ALL {
             if let Some(r) = self.spare[c.index()] {
                 let h = self.meta.pb(r).ok_or(counter)?;
@@ -562,7 +568,11 @@ impl FreeArea {
         }
         let mut expected = 0u64;
         self.for_each_split(|r, h, _| {
-            if h.free > 0 && self.spare[h.class.index()] != Some(r) && !self.scrub_holds_pb(r) {
+            if h.free > 0
+                && self.spare[h.class.index()] != Some(r)
+                && !self.scrub_holds_pb(r)
+                && !self.isolated(r.span)
+            {
                 expected += 1;
             }
         });

@@ -153,6 +153,7 @@ impl FreeArea {
             });
         });
         self.free_pages += free as u64;
+        self.iso_more(r.span, free as u64);
         self.settle(r);
     }
 

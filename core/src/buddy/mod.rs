@@ -16,6 +16,7 @@
 mod check;
 mod dirty;
 mod hot;
+mod offline;
 mod report;
 mod scrub;
 mod small;
@@ -23,6 +24,7 @@ mod small;
 pub use check::{PageblockCounts, PageblockInfo, PageblockKind};
 pub(crate) use dirty::Got;
 pub(crate) use hot::{HotFrames, LEND_MIN, Lent};
+pub(crate) use offline::Refusal;
 
 use core::ptr::NonNull;
 
@@ -149,6 +151,12 @@ pub(crate) struct FreeArea {
     pools: [HugePool; 2],
     /// Whom the metadata pool serves right now: its own growth may use its reserve.
     need: Need,
+    /// Bit `i` set: the span in slot `i` is isolated for offlining (see `offline`): its free
+    /// memory is on none of the zone-wide lists and buckets, so no allocation lands there.
+    iso_mask: u32,
+    /// The free frames of isolated spans (counted in `free_pages` too; no allocation can have
+    /// them, so the watermarks leave them out).
+    pub(crate) isolated_pages: u64,
 }
 
 /// The pool index of a huge-page order: 9 (2 MiB) is 0, 18 (1 GiB) is 1.
@@ -226,6 +234,8 @@ impl FreeArea {
                 total: 0,
             }; 2],
             need: Need::Normal,
+            iso_mask: 0,
+            isolated_pages: 0,
         }
     }
 
@@ -243,6 +253,9 @@ impl FreeArea {
         let mut cur = self.pool_pbs;
         while let Some(r) = PbRef::unpack(cur) {
             cur = self.meta.pb(r).map_or(NIL, |h| h.next);
+            if self.isolated(r.span) {
+                continue;
+            }
             if let Some(off) = self.carve(r, len) {
                 self.growing = true;
                 return Ok(Some(Pfn::new(self.pb_base(r).get() + off as u64)));
@@ -315,6 +328,7 @@ impl FreeArea {
             self.pool_spare -= FRAMES as u64;
             self.meta.update_pb(r, |h| h.state = PbState::Split);
             self.free_pages += FRAMES as u64;
+            self.iso_more(r.span, FRAMES as u64);
             self.dirty_pages += self.pb_dirty(r);
             self.unsplit(r);
         }
@@ -687,6 +701,11 @@ impl FreeArea {
 
     /// Changes split section `s` through `f`, moving it to the bucket its counts then call for.
     fn sec_update(&mut self, s: SecRef, f: impl FnOnce(&mut Section)) {
+        if self.isolated(s.span) {
+            // In no bucket while isolated.
+            self.meta.update_section(s, f);
+            return;
+        }
         let Some(x) = self.meta.section(s) else {
             return;
         };
@@ -754,6 +773,7 @@ impl FreeArea {
     /// the front of its list: the zone's for a section, its section's for pageblocks.
     fn push_big(&mut self, b: Big, order: u8) {
         match b {
+            Big::Section(s) if self.isolated(s.span) => self.park(s),
             Big::Section(s) => {
                 let head = self.whole;
                 self.meta.update_section(s, |x| {
@@ -794,12 +814,15 @@ impl FreeArea {
             }
         }
         self.counts[Self::list(order)] += 1;
+        self.iso_more(Self::span_of(b), 1 << order);
     }
 
     /// Takes the free block `b` of `order` off its list (its state is left to the caller).
     fn unlink_big(&mut self, b: Big, order: u8) {
         let (next, prev) = self.links(b);
         match b {
+            // Parked: on no list.
+            Big::Section(s) if self.isolated(s.span) => {}
             Big::Section(_) => {
                 match SecRef::unpack(prev) {
                     None => self.whole = next,
@@ -832,6 +855,7 @@ impl FreeArea {
         }
         self.set_links(b, Some(NIL), Some(NIL));
         self.counts[Self::list(order)] -= 1;
+        self.iso_less(Self::span_of(b), 1 << order);
     }
 
     /// The order in which [`FreeArea::take_big`] should look at the section bucket sets for a
@@ -1085,6 +1109,11 @@ impl FreeArea {
     /// to the pool) and merges it.
     fn unsplit(&mut self, r: PbRef) {
         let before = self.pb_dirty(r);
+        if self.isolated(r.span) {
+            // Its free frames join the block `merge_big` pushes.
+            let free = self.meta.pb(r).map_or(0, |h| u64::from(h.free));
+            self.iso_less(r.span, free);
+        }
         self.meta.drop_planes(r);
         self.count_split(r, false);
         self.meta.update_pb(r, |h| {
@@ -1268,6 +1297,9 @@ impl FreeArea {
                 });
             }
             Found::Hot { .. } => return Err(FreeError::NotAllocated { pfn }),
+        }
+        if self.put_isolated(pfn, order) {
+            return Ok(());
         }
         self.set_use(pfn, order, Use::Pooled);
         // Its last owner's data is in it.

@@ -151,7 +151,11 @@ impl FreeArea {
         let Some(x) = self.meta.section(s) else {
             return 0;
         };
-        let room = |a: &Self, k: u8| a.free_pages >= keep.saturating_add(1 << k);
+        // Isolated memory is about to leave: not the host's to take.
+        if self.isolated(s.span) {
+            return 0;
+        }
+        let room = |a: &Self, k: u8| a.free_pages - a.isolated_pages >= keep.saturating_add(1 << k);
         match x.state {
             SectionState::Free if x.flags & flag::REPORTED == 0 && room(self, MAX_ORDER) => {
                 match out.first_mut() {

@@ -120,6 +120,10 @@ impl FreeArea {
 
     /// A dirty unit of section `s`, taken.
     fn take_in_section(&mut self, s: SecRef, budget: u64) -> Option<ScrubWork> {
+        // Isolated memory is about to leave: scrubbing it would only hold it up.
+        if self.isolated(s.span) {
+            return None;
+        }
         let sec = self.meta.section(s)?;
         match sec.state {
             SectionState::Free if sec.flags & flag::DIRTY != 0 => {

@@ -55,7 +55,11 @@ impl FreeArea {
     }
 
     /// [`FreeArea::bucket_insert`] of a pageblock with `free` free frames (its header in hand).
+    /// A pageblock of an isolated span goes in no bucket: nothing is placed there.
     fn bucket_insert_as(&mut self, r: PbRef, class: Class, free: u16) {
+        if self.isolated(r.span) {
+            return;
+        }
         let b = usize::from(free);
         if b == 0 || b >= FRAMES {
             return;
@@ -177,6 +181,11 @@ impl FreeArea {
             lo == 0 && hi == FRAMES && usize::from(free) == FRAMES
         });
         if whole {
+            if self.isolated(r.span) {
+                // No spare in isolated memory: it merges into the span's free blocks at once.
+                self.unsplit(r);
+                return;
+            }
             if let Some(old) = self.spare[class.index()].replace(r)
                 && old != r
             {
@@ -651,6 +660,7 @@ impl FreeArea {
         };
         self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
         self.free_pages += len as u64;
+        self.iso_more(r.span, len as u64);
         if self.scrub_holds_pb(r) {
             // Out of every bucket until the scrub puts its frames back and settles it.
             return;
@@ -685,6 +695,7 @@ impl FreeArea {
             });
         });
         self.free_pages += 1;
+        self.iso_more(r.span, 1);
     }
 
     /// Frees the order-0 frames `mask` of the split pageblock holding `pfn` for a bulk free,
@@ -732,6 +743,7 @@ impl FreeArea {
         if let Some((before, after)) = counts {
             self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
             self.free_pages += n as u64;
+            self.iso_more(r.span, n as u64);
         }
         true
     }
@@ -754,6 +766,7 @@ impl FreeArea {
             a.meta.update_pb(r, |h| h.free -= 1);
         });
         self.free_pages -= 1;
+        self.iso_less(r.span, 1);
     }
 
     /// Puts the split pageblock holding `pfn` where its free count says, after frees that did

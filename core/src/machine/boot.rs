@@ -155,6 +155,13 @@ pub(super) struct Tables<'a> {
 }
 
 impl Tables<'_> {
+    /// `true` if `range` holds some of them: the machine-wide tables, a node's or a CPU's.
+    pub(super) fn overlap(&self, range: &PhysRange) -> bool {
+        self.machine.frames.overlaps(range)
+            || self.nodes.iter().any(|t| t.own.frames.overlaps(range))
+            || self.cpus.iter().any(|t| t.frames.overlaps(range))
+    }
+
     /// Frames of all of them.
     pub(super) fn frames(&self) -> u64 {
         self.machine.frames.frames()

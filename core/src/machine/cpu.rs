@@ -85,8 +85,9 @@ impl<'a> Machine<'a> {
             interleave: req.interleave,
         };
         // Fast path: the first zone with memory of the preferred node has cached frames. The
-        // walk would start there, so the layout is not read. (Zones never lose their spans, so
-        // "has memory" cannot change under us in the wrong direction.)
+        // walk would start there, so the layout is not read. (A zone loses its spans only to
+        // offlining, which first takes their pageblocks back from every cache, so a stale "has
+        // memory" only makes the pop find nothing.)
         if self.topo.contains(req.preferred) && req.filter.is_none_or(|f| f.contains(req.preferred))
         {
             let node = &self.nodes[req.preferred.index()];

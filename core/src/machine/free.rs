@@ -139,8 +139,9 @@ impl<'a> Machine<'a> {
 }
 
 /// The span of the last frame a bulk free looked up: it looks the layout up once per span it
-/// meets rather than once per frame. Sound while the bulk free runs: spans only grow in number,
-/// and a span never changes once published.
+/// meets rather than once per frame. A span kept here may go offline meanwhile (only while all
+/// its frames are free, under its zone's lock); its zone then no longer finds the frame, which
+/// is refused as foreign, and nothing changes.
 struct Spans<'l, 'a> {
     layout: &'l Layout<'a>,
     last: Option<SpanRef>,

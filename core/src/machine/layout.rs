@@ -116,6 +116,24 @@ impl<'a> Staging<'a> {
         Ok(())
     }
 
+    /// Takes the span staged with exactly the frames `whole` out of the index (published by the
+    /// next [`Layout::publish`]); its node keeps memory only if another span has it.
+    pub(crate) fn remove(&mut self, whole: PhysRange) -> Option<StagedSpan> {
+        let i = self.index[..self.spans]
+            .iter()
+            .position(|s| s.whole == whole)?;
+        let r = self.index[i];
+        self.index.copy_within(i + 1..self.spans, i);
+        self.spans -= 1;
+        if !self.index[..self.spans]
+            .iter()
+            .any(|s| s.span.node == r.span.node)
+        {
+            self.states.memory.remove(r.span.node);
+        }
+        Some(r)
+    }
+
     /// The staged spans, ascending.
     pub(crate) fn spans(&self) -> &[StagedSpan] {
         &self.index[..self.spans]

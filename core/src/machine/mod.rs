@@ -15,6 +15,7 @@ mod handle;
 mod hotplug;
 mod huge;
 mod layout;
+mod offline;
 #[cfg(feature = "poison")]
 mod poison;
 mod report;
@@ -36,6 +37,7 @@ use crate::zonelist::FallbackOptions;
 
 pub use self::handle::CpuHandle;
 use self::layout::Layout;
+pub use self::offline::OfflineOptions;
 #[cfg(feature = "poison")]
 pub use self::poison::{POISON_BYTE, WriteAfterFree};
 pub use self::report::{REPORT_CAPACITY, Reported};

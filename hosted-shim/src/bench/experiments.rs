@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::oracle::Oracle;
 use super::{
     Bitmap, Buddy, Measurement, NODE_BASE, NumaCpu, NumaNode, OneNode, Report, churn, guests,
-    hotadd, name, reporting, scenario, teardown,
+    hotadd, name, offline, reporting, scenario, teardown,
 };
 
 /// How big the experiments are.
@@ -36,6 +36,8 @@ pub struct Sizes {
     pub teardown_frames: u64,
     /// Frames of the reporting-speed node, and of its resident (written) variant.
     pub report_frames: (u64, u64),
+    /// Frames of the range taken offline, and the runs of each case.
+    pub offline_frames: (u64, usize),
 }
 
 impl Sizes {
@@ -49,6 +51,7 @@ impl Sizes {
         hotadd_timeout: Duration::from_millis(500),
         teardown_frames: 1 << 22,
         report_frames: (1 << 22, 1 << 20),
+        offline_frames: (1 << 22, 3),
     };
     /// `--quick`: 1 GiB of churn, 8 GiB of guests.
     pub const QUICK: Sizes = Sizes {
@@ -60,6 +63,7 @@ impl Sizes {
         hotadd_timeout: Duration::from_millis(100),
         teardown_frames: 1 << 18,
         report_frames: (1 << 18, 1 << 18),
+        offline_frames: (1 << 18, 3),
     };
 }
 
@@ -90,7 +94,46 @@ pub fn run(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
     guests_all(sizes, sink)?;
     teardown(sizes, sink)?;
     report_speed(sizes, sink)?;
-    report_hot(sizes, sink)
+    report_hot(sizes, sink)?;
+    offline_speed(sizes, sink)
+}
+
+fn offline_speed(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
+    let s = scenario::OFFLINE;
+    (sink.progress)(s)?;
+    let (frames, runs) = sizes.offline_frames;
+    let o = offline::run(frames, runs)?;
+    let gib = o.range_bytes >> 30;
+    let line = |what: &str, c: &offline::Case| {
+        format!("{what}: {:.3} ms ({:.0} GiB/s)", c.ns / 1e6, c.gib_per_s)
+    };
+    let detail = vec![
+        line(
+            &format!("offline of a free {gib} GiB range as hot-added"),
+            &o.fresh,
+        ),
+        line(
+            &format!("offline of a free {gib} GiB range after 4 KiB use"),
+            &o.after_use,
+        ),
+        line(
+            &format!(
+                "refused offline, 1% of the frames busy ({} pageblocks busy)",
+                o.busy_pageblocks
+            ),
+            &o.busy,
+        ),
+        line(&format!("hot_add of the {gib} GiB range again"), &o.re_add),
+    ];
+    let extra = serde_json::to_value(o).map_err(io::Error::other)?;
+    sink.report.results.push(measurement(
+        s,
+        name::NUMAFRAME,
+        o.after_use.ns,
+        extra,
+        detail,
+    ));
+    (sink.done)(sink.report, s)
 }
 
 fn report_speed(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {

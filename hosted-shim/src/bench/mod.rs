@@ -45,6 +45,7 @@ pub mod handle;
 pub mod held;
 pub mod hotadd;
 pub mod numa;
+pub mod offline;
 pub mod ops;
 pub mod oracle;
 pub mod peers;
@@ -205,6 +206,11 @@ pub mod scenario {
     /// 10 ms); `ns_per_op` is the pair's ns with reporting on. JSON fields: `pair`, `bulk`:
     /// `{"off_ns","on_ns","ratio"}`; `reports`.
     pub const REPORT_HOT: &str = "hot pair and bulk, reporting off vs on";
+    /// Memory offlining ([`crate::bench::offline`]) of a 16 GiB range (1 GiB with `--quick`)
+    /// sharing its zone with a 1 GiB boot range; `ns_per_op` is the offline of the free range
+    /// after use. JSON fields: `range_bytes`; `fresh`, `after_use`, `busy` (1% of the frames
+    /// in use: refused), `re_add` (`hot_add` again): `{"ns","gib_per_s"}`; `busy_pageblocks`.
+    pub const OFFLINE: &str = "memory offline: a free range, 1% busy, and re-add";
 
     /// Every scenario, in run order.
     pub const ALL: &[&str] = &[
@@ -240,6 +246,7 @@ pub mod scenario {
         TEARDOWN,
         REPORT_SPEED,
         REPORT_HOT,
+        OFFLINE,
     ];
 }
 
@@ -320,6 +327,9 @@ pub fn describe(scenario: &str) -> &'static str {
         }
         REPORT_HOT => {
             "alloc_cpu/free_cpu order-0 pair and alloc_bulk/free_bulk of 512 frames on 1 GiB, reporter off vs a thread reporting the node (hosted madvise) every 10 ms, samples alternating; ns per pair or frame, on/off ratio (target <= 1.05)"
+        }
+        OFFLINE => {
+            "a range hot-added next to a 1 GiB boot range (one zone): Machine::offline of it as added, after every frame was used in 4 KiB and freed, and with 1% of its frames in use (refused after isolating, draining, checking), then hot_add of it again; ms per call, GiB/s of the range"
         }
         _ => "",
     }
