@@ -543,6 +543,11 @@ impl SpanMeta {
     }
 }
 
+/// The pool's list of free seed arrays (in spans' regions).
+const SEED_ARRAYS: usize = 0;
+/// The pool's list of free arrays in slabs of the zone's frames.
+const ZONE_ARRAYS: usize = 1;
+
 /// A zone's pool of metadata memory: pageblock arrays for whole sections, single planes and
 /// plane pairs. Its memory is slabs of frames the zone gave itself, mapped through the
 /// platform and never handed out, and the seed slabs in its spans' regions.
@@ -559,7 +564,7 @@ impl SpanMeta {
 pub(crate) struct Pool {
     singles: Slabs,
     pairs: Slabs,
-    /// Free arrays: seeds, and the zone's.
+    /// Free arrays: seeds ([`SEED_ARRAYS`]), and the zone's ([`ZONE_ARRAYS`]).
     arrays: [Option<NonNull<FreeArray>>; 2],
     free_arrays: u64,
     retired: Option<NonNull<Retired>>,
@@ -867,7 +872,11 @@ impl Pool {
     /// # Safety
     /// `a` must be an array of this pool that nothing uses any more.
     unsafe fn push_array(&mut self, a: NonNull<FreeArray>, slab: Option<PhysRange>) {
-        let list = &mut self.arrays[usize::from(slab.is_some())];
+        let list = &mut self.arrays[if slab.is_some() {
+            ZONE_ARRAYS
+        } else {
+            SEED_ARRAYS
+        }];
         // SAFETY: the caller's guarantee; an array is larger than its link.
         unsafe { a.write(FreeArray { next: *list, slab }) };
         *list = Some(a);
@@ -877,12 +886,8 @@ impl Pool {
     /// Retires the zone's free arrays beyond the ones the pool keeps.
     fn retire_spare_arrays(&mut self) {
         while self.free_arrays > KEEP_ARRAYS
-            && let Some(z) = self.arrays[1]
+            && let Some((z, slab)) = self.unlink_array(ZONE_ARRAYS, |_| true)
         {
-            // SAFETY: `z` heads the zone's free arrays: `push_array` wrote its link.
-            let FreeArray { next, slab } = unsafe { z.read() };
-            self.arrays[1] = next;
-            self.free_arrays -= 1;
             if let Some(slab) = slab {
                 self.retire(z.cast(), slab);
             }
@@ -1076,13 +1081,24 @@ impl Pool {
 
     /// Unlinks a free array of the zone's lying in `away`.
     fn pop_zone_array_in(&mut self, away: PhysRange) -> Option<(NonNull<FreeArray>, PhysRange)> {
-        let mut link: *mut Option<NonNull<FreeArray>> = &mut self.arrays[1];
-        // SAFETY: `link` is the head of the zone's free arrays or the link word of one on it
+        let (a, slab) = self.unlink_array(ZONE_ARRAYS, |s| s.is_some_and(|x| x.overlaps(&away)))?;
+        Some((a, slab?))
+    }
+
+    /// Unlinks the first free array of list `list` (`SEED_ARRAYS` or `ZONE_ARRAYS`) whose slab
+    /// (`None` for a seed) `take` accepts: the one walk over a free-array list's links.
+    fn unlink_array(
+        &mut self,
+        list: usize,
+        take: impl Fn(Option<PhysRange>) -> bool,
+    ) -> Option<(NonNull<FreeArray>, Option<PhysRange>)> {
+        let mut link: *mut Option<NonNull<FreeArray>> = self.arrays.get_mut(list)?;
+        // SAFETY: `link` is a list head of this pool or the link word of a free array on it
         // (written by `push_array`); nothing else reaches them.
         while let Some(a) = unsafe { *link } {
             // SAFETY: as above.
             let FreeArray { next, slab } = unsafe { a.read() };
-            if let Some(slab) = slab.filter(|x| x.overlaps(&away)) {
+            if take(slab) {
                 // SAFETY: as above.
                 unsafe { *link = next };
                 self.free_arrays -= 1;
@@ -1108,24 +1124,10 @@ impl Pool {
         &mut self,
         away: Option<PhysRange>,
     ) -> Option<(NonNull<FreeArray>, Option<PhysRange>)> {
-        for list in 0..2 {
-            let mut link: *mut Option<NonNull<FreeArray>> = &mut self.arrays[list];
-            // SAFETY: `link` is a list head of this pool or the link word of a free array on
-            // it (written by `push_array`); nothing else reaches them.
-            while let Some(a) = unsafe { *link } {
-                // SAFETY: as above.
-                let FreeArray { next, slab } = unsafe { a.read() };
-                if !slab.zip(away).is_some_and(|(x, y)| x.overlaps(&y)) {
-                    // SAFETY: as above.
-                    unsafe { *link = next };
-                    self.free_arrays -= 1;
-                    return Some((a, slab));
-                }
-                // SAFETY: as above; the link word is the first field of the array.
-                link = unsafe { &raw mut (*a.as_ptr()).next };
-            }
-        }
-        None
+        let outside =
+            |slab: Option<PhysRange>| !slab.zip(away).is_some_and(|(x, y)| x.overlaps(&y));
+        self.unlink_array(SEED_ARRAYS, outside)
+            .or_else(|| self.unlink_array(ZONE_ARRAYS, outside))
     }
 
     /// A free array, popped, made an array of fresh cells.
@@ -1264,7 +1266,8 @@ impl Pool {
             }
             Some(n)
         };
-        let arrays = count(self.arrays[0], false).zip(count(self.arrays[1], false));
+        let arrays =
+            count(self.arrays[SEED_ARRAYS], false).zip(count(self.arrays[ZONE_ARRAYS], false));
         slabs_ok(Short::Singles, &self.singles)
             && slabs_ok(Short::Pairs, &self.pairs)
             && arrays.is_some_and(|(a, b)| a + b == self.free_arrays)
@@ -2253,7 +2256,11 @@ impl ZoneMeta {
                 }
             }
         }
-        for mut cur in [self.pool.arrays[0], self.pool.arrays[1], self.pool.q_arrays] {
+        for mut cur in [
+            self.pool.arrays[SEED_ARRAYS],
+            self.pool.arrays[ZONE_ARRAYS],
+            self.pool.q_arrays,
+        ] {
             while let Some(a) = cur {
                 // SAFETY: free arrays of this pool, linked by `push_array` or
                 // `quarantine_array`.
