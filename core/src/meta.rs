@@ -1650,19 +1650,30 @@ impl ZoneMeta {
         let Some(old) = self.plane_ref(r) else {
             return;
         };
-        let (p, kind) = match old {
-            PlaneRef::Single(p) => (p.cast::<u8>(), Short::Singles),
-            PlaneRef::Pair(p) => (p.cast::<u8>(), Short::Pairs),
-        };
+        let (kind, p) = old.slot();
         if !Pool::slab_of(p).is_some_and(|x| x.overlaps(&away)) {
             return;
         }
         let Some(q) = self.pool.take_slot_outside(kind, away) else {
             return;
         };
+        // SAFETY: the pool just handed `q` out as a free slot of `old`'s kind, and `old` is what
+        // `r`'s header holds.
+        unsafe { self.repoint_planes(r, old, q) };
+    }
+
+    /// Copies pageblock `r`'s planes `old` into the slot `q`, records `r` as the slot's owner,
+    /// repoints `r` to it and gives the old slot back: the one place planes move.
+    ///
+    /// # Safety
+    /// `q` must be a free slot of this pool for `old`'s kind, just handed out by it, and `old`
+    /// the planes `r`'s header holds.
+    unsafe fn repoint_planes(&mut self, r: PbRef, old: PlaneRef, q: NonNull<u8>) {
+        let (kind, _) = old.slot();
         Pool::set_owner(kind, q, r.pack());
-        // SAFETY: `old` is held by `r`'s live header and `q` is a slot of this pool's, free and
-        // sized and aligned for its kind; `&mut self` excludes every other access.
+        // SAFETY: the caller's guarantee: `old` is held by `r`'s live header, and `q` is a free
+        // slot of this pool's, sized and aligned for its kind; `&mut self` excludes every other
+        // access.
         let new = unsafe {
             match old {
                 PlaneRef::Single(p) => {
@@ -2305,25 +2316,9 @@ impl ZoneMeta {
         };
         let (kind, _) = old.slot();
         let q = self.pool.take_slot(kind, Need::Normal).ok_or(kind)?;
-        Pool::set_owner(kind, q, r.pack());
-        // SAFETY: `old` is held by `r`'s live header and `q` is a slot of this pool's, free and
-        // sized and aligned for its kind; `&mut self` excludes every other access.
-        let new = unsafe {
-            match old {
-                PlaneRef::Single(p) => {
-                    let q = q.cast::<UnsafeCell<Plane>>();
-                    q.write(UnsafeCell::new(p.as_ref().with(|c| *c)));
-                    PlaneRef::Single(q)
-                }
-                PlaneRef::Pair(p) => {
-                    let q = q.cast::<UnsafeCell<[Plane; 2]>>();
-                    q.write(UnsafeCell::new(p.as_ref().with(|c| *c)));
-                    PlaneRef::Pair(q)
-                }
-            }
-        };
-        self.set_plane_ref(r, Some(new));
-        self.pool.put_planes(old);
+        // SAFETY: the pool just handed `q` out as a free slot of `old`'s kind, and `old` is what
+        // `r`'s header holds.
+        unsafe { self.repoint_planes(r, old, q) };
         Ok(())
     }
 

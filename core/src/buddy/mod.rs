@@ -775,16 +775,9 @@ impl FreeArea {
         match b {
             Big::Section(s) if self.isolated(s.span) => self.park(s),
             Big::Section(s) => {
-                let head = self.whole;
-                self.meta.update_section(s, |x| {
-                    x.state = SectionState::Free;
-                    x.next = head;
-                    x.prev = NIL;
-                });
-                if let Some(h) = SecRef::unpack(head) {
-                    self.meta.update_section(h, |x| x.prev = s.pack());
-                }
-                self.whole = s.pack();
+                self.meta
+                    .update_section(s, |x| x.state = SectionState::Free);
+                self.whole_insert(s);
             }
             Big::Pb(r) => {
                 let Some(s) = self.sec_of(r) else {

@@ -274,8 +274,9 @@ impl FreeArea {
         self.park(s);
     }
 
-    /// Puts parked section `s` back at the front of the zone's list of whole free sections.
-    fn whole_insert(&mut self, s: SecRef) {
+    /// Puts section `s` (free, on no list: just freed whole, or parked) at the front of the
+    /// zone's list of whole free sections.
+    pub(super) fn whole_insert(&mut self, s: SecRef) {
         let head = self.whole;
         self.meta.update_section(s, |x| {
             x.next = head;
