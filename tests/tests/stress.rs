@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use numaframe::policy::{Policy, TaskPolicy};
-use numaframe::{AllocFlags, BootOptions, NodeId, NodeMask, Order, PcpConfig, Pfn};
+use numaframe::{AllocFlags, BootOptions, NodeId, NodeMask, Order, PcpConfig, Pfn, ZoneKind};
 use numaframe_hosted::sim::Sim;
 use numaframe_hosted::spec::{MachineSpec, NodeSpec};
 use numaframe_testkit::Rng;
@@ -257,11 +257,13 @@ fn handles_with_cross_cpu_frees_account_for_every_frame() {
     assert_eq!(free, total, "every frame came back exactly once");
 }
 
-/// Two threads split 40 GiB frame by frame (the metadata pool grows by two pool pageblocks),
-/// then free their frames in random order, while a third gives metadata back with
-/// `trim_metadata` over and over. Afterwards, with a last trim, the metadata is back to one
-/// pool pageblock, and the free frames and the metadata's frames add up to what the machine had
-/// at boot: none was lost or handed out twice between the pool and the buddy.
+/// Two threads split 40 GiB frame by frame (the metadata pools grow by pool pageblocks), then
+/// free their frames in random order, while a third gives metadata back with `trim_metadata`
+/// over and over. Afterwards, with a last trim, each zone's metadata is back to at most one pool
+/// pageblock more than at boot (a zone's pool keeps a slab's worth of free planes beyond its
+/// reserve, and that slab keeps its pool pageblock; the node has a `Dma32` and a `Normal` zone,
+/// and the split reaches both), and the free frames and the metadata's frames add up to what
+/// the machine had at boot: none was lost or handed out twice between the pool and the buddy.
 #[test]
 fn trim_metadata_races_frees() {
     const GIB: u64 = 1 << 30;
@@ -281,7 +283,9 @@ fn trim_metadata_races_frees() {
     };
     let m = sim.boot(opts).unwrap();
     let free = |m: &numaframe::Machine<'_>| m.nodes().iter().map(|n| n.free_pages()).sum::<u64>();
-    let (boot_free, boot_meta) = (free(&m), m.metadata_bytes());
+    let zone_meta =
+        |m: &numaframe::Machine<'_>| ZoneKind::ALL.map(|k| m.nodes()[0].zone(k).metadata_bytes());
+    let (boot_free, boot_meta, boot_zones) = (free(&m), m.metadata_bytes(), zone_meta(&m));
     let node0 = NodeId::new(0);
     let mut halves: Vec<Vec<Pfn>> = (0..2)
         .map(|_| {
@@ -324,10 +328,15 @@ fn trim_metadata_races_frees() {
     m.trim_metadata();
     m.check_invariants().unwrap();
     let meta = m.metadata_bytes();
-    assert!(
-        meta <= boot_meta + (2 << 20) + (64 << 10),
-        "{boot_meta} at boot, {split} split, {meta} after the trims"
-    );
+    for (kind, (boot, now)) in ZoneKind::ALL
+        .iter()
+        .zip(boot_zones.iter().zip(zone_meta(&m)))
+    {
+        assert!(
+            now <= boot + (2 << 20) + (64 << 10),
+            "{kind:?}: {boot} at boot, {now} after the trims ({boot_meta} and {split} machine-wide at boot and split)"
+        );
+    }
     assert_eq!(
         free(&m) + (meta - boot_meta) / numaframe::PAGE_SIZE,
         boot_free,
