@@ -177,6 +177,13 @@ impl Mapped {
             range,
         })
     }
+
+    /// Maps the `frames` frames from `start` (as [`Mapped::new`]): the slabs the metadata pool
+    /// carves.
+    pub(crate) fn frames(mem: &dyn PhysMemory, start: Pfn, frames: u64) -> Option<Mapped> {
+        let range = PhysRange::new(start, Pfn::new(start.get().checked_add(frames)?))?;
+        Self::new(mem, range)
+    }
 }
 
 /// A cursor that carves typed tables off the end of one physical range (Linux's memblock, for

@@ -5,7 +5,7 @@
 
 use super::layout::Layout;
 use super::{AllocFlags, Machine};
-use crate::addr::{Order, Pfn, PhysRange};
+use crate::addr::{Order, Pfn};
 use crate::buddy::{Got, Hosting};
 use crate::meta::{Class, Pool, Short};
 use crate::node::{Mark, Refused, Zone, ZoneKind, count_foreign};
@@ -172,9 +172,7 @@ impl<'a> Machine<'a> {
                 },
                 Err(_) => return !zone.pool_low(what),
             };
-            let mapped = PhysRange::new(pfn, Pfn::new(pfn.get() + frames))
-                .and_then(|range| Mapped::new(self.mem, range));
-            let Some(mapped) = mapped else {
+            let Some(mapped) = Mapped::frames(self.mem, pfn, frames) else {
                 // The platform cannot map it: give the frames back and stop.
                 zone.unalloc_slab(what, pfn);
                 return !zone.pool_low(what);
@@ -186,9 +184,7 @@ impl<'a> Machine<'a> {
 
     /// Splits a free section of `zone` with an array in its own first `frames` frames.
     fn host_section(&self, zone: &Zone, base: Pfn, frames: u64) -> bool {
-        match PhysRange::new(base, Pfn::new(base.get() + frames))
-            .and_then(|range| Mapped::new(self.mem, range))
-        {
+        match Mapped::frames(self.mem, base, frames) {
             Some(slab) => {
                 zone.host_section(base, slab);
                 true
