@@ -1644,22 +1644,111 @@ impl ZoneMeta {
         Ok(())
     }
 
+    /// Moves every plane and pool array in use that lies in the frames `away` (a pool
+    /// pageblock's) into the pool's room elsewhere, so that the slabs there empty: the owner
+    /// index names each plane's pageblock, and every section is looked at for its array. What
+    /// finds no room stays where it is; the pool does not grow for it.
+    pub(crate) fn move_all_out(&mut self, away: PhysRange) {
+        // A move can take a slot of the slab the walk reaches next and send it to another
+        // list: another pass starts from the heads again, until one moves nothing.
+        while self.move_planes_pass(away) {}
+        for span in 0..MAX_SPANS_PER_ZONE as u8 {
+            let Some(sections) = self.span(span).map(SpanMeta::sections) else {
+                continue;
+            };
+            for index in 0..sections {
+                self.move_array_out(SecRef { span, index }, away);
+            }
+        }
+    }
+
+    /// What still holds slabs in the frames `away` (a pool pageblock's) once
+    /// [`ZoneMeta::move_all_out`] moved what found room: [`Short::Arrays`] if a section's array
+    /// lies there, else the kind of a plane in use there; `None` if nothing does.
+    pub(crate) fn stuck_in(&mut self, away: PhysRange) -> Option<Short> {
+        let array = (0..MAX_SPANS_PER_ZONE as u8).any(|span| {
+            let sections = self.span(span).map_or(0, SpanMeta::sections);
+            (0..sections).any(|index| {
+                matches!(
+                    self.section_cell_copy(SecRef { span, index }),
+                    Some((_, Some(a))) if matches!(a.origin, Origin::Slab(x) if x.overlaps(&away))
+                )
+            })
+        });
+        if array {
+            return Some(Short::Arrays);
+        }
+        [Short::Singles, Short::Pairs].into_iter().find(|&kind| {
+            [List::Full, List::Partial].into_iter().any(|list| {
+                let mut cur = *self.pool.list(kind, list);
+                while let Some(h) = cur {
+                    // SAFETY: the lists hold live slab heads of this pool.
+                    let (next, slab) = unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).slab) };
+                    if slab.is_some_and(|x| x.overlaps(&away)) {
+                        return true;
+                    }
+                    cur = next;
+                }
+                false
+            })
+        })
+    }
+
+    /// `true` if section `s` holds its own array in the frames `away`: they stay carved for
+    /// good (see [`ZoneMeta::host_section`]).
+    pub(crate) fn hosts_array_in(&self, s: SecRef, away: PhysRange) -> bool {
+        matches!(
+            self.section_cell_copy(s),
+            Some((_, Some(a))) if matches!(a.origin, Origin::Hosted(x) if x.overlaps(&away))
+        )
+    }
+
+    /// One walk of the plane slabs in use for [`ZoneMeta::move_all_out`]; `true` if it moved
+    /// a plane.
+    fn move_planes_pass(&mut self, away: PhysRange) -> bool {
+        let mut moved = false;
+        for kind in [Short::Singles, Short::Pairs] {
+            for list in [List::Full, List::Partial] {
+                let mut cur = *self.pool.list(kind, list);
+                while let Some(h) = cur {
+                    // SAFETY: the lists hold live slab heads of this pool.
+                    let (next, used, slab) =
+                        unsafe { ((*h.as_ptr()).next, (*h.as_ptr()).used, (*h.as_ptr()).slab) };
+                    if slab.is_some_and(|x| x.overlaps(&away)) {
+                        for i in Pool::head_slots(kind)..Pool::slots(kind) {
+                            // SAFETY: slot `i` lies inside the slab's page.
+                            let at = unsafe { h.cast::<u8>().add(i * Pool::slot_bytes(kind)) };
+                            if used & 1 << i != 0
+                                && let Some(o) = PbRef::unpack(Pool::owner(kind, at))
+                            {
+                                moved |= self.move_planes_out(o, away);
+                            }
+                        }
+                    }
+                    cur = next;
+                }
+            }
+        }
+        moved
+    }
+
     /// Moves pageblock `r`'s planes out of the frames `away` if they lie there and the pool has
-    /// a slot elsewhere: so a pool pageblock holding little but its own planes can empty.
-    pub(crate) fn move_planes_out(&mut self, r: PbRef, away: PhysRange) {
+    /// a slot elsewhere; `true` if they moved.
+    fn move_planes_out(&mut self, r: PbRef, away: PhysRange) -> bool {
         let Some(old) = self.plane_ref(r) else {
-            return;
+            return false;
         };
         let (kind, p) = old.slot();
         if !Pool::slab_of(p).is_some_and(|x| x.overlaps(&away)) {
-            return;
+            return false;
         }
         let Some(q) = self.pool.take_slot_outside(kind, away) else {
-            return;
+            return false;
         };
         // SAFETY: the pool just handed `q` out as a free slot of `old`'s kind, and `old` is what
         // `r`'s header holds.
         unsafe { self.repoint_planes(r, old, q) };
+        true
     }
 
     /// Copies pageblock `r`'s planes `old` into the slot `q`, records `r` as the slot's owner,
@@ -1694,7 +1783,7 @@ impl ZoneMeta {
 
     /// Moves section `s`'s pool array out of the frames `away` if it lies there and the pool
     /// has a free array elsewhere, as [`ZoneMeta::move_planes_out`] does for planes.
-    pub(crate) fn move_array_out(&mut self, s: SecRef, away: PhysRange) {
+    fn move_array_out(&mut self, s: SecRef, away: PhysRange) {
         let Some((_, Some(old))) = self.section_cell_copy(s) else {
             return;
         };

@@ -469,6 +469,16 @@ impl Zone {
         self.inner.lock().area.release_metadata(slabs);
     }
 
+    /// See [`FreeArea::slab_to_empty`].
+    pub(crate) fn slab_to_empty(&self) -> Option<(Short, Pfn)> {
+        self.inner.lock().area.slab_to_empty()
+    }
+
+    /// See [`FreeArea::add_slab_to_empty`].
+    pub(crate) fn add_slab_to_empty(&self, what: Short, slab: Mapped) {
+        self.inner.lock().area.add_slab_to_empty(what, slab);
+    }
+
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping
     /// the min watermark, under one lock. Returns how many it moved, and why it stopped.
     pub(crate) fn pool_grow(&self, order: Order, count: u64) -> (u64, Option<Refused>) {

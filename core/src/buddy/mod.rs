@@ -33,7 +33,7 @@ use crate::bitmap::{FRAMES, Occupancy, Plane};
 use crate::error::FreeError;
 use crate::meta::{
     Class, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, SecRef, Section,
-    SectionState, Seed, Short, SpanMeta, Use, ZoneMeta, flag, section_is_whole,
+    SectionState, Seed, Short, SpanMeta, Use, Which, ZoneMeta, flag, section_is_whole,
 };
 
 /// The bucket sets of split sections: without, and with pageblocks split below 2 MiB.
@@ -167,10 +167,6 @@ pub(crate) fn pool_index(order: Order) -> Option<usize> {
         _ => None,
     }
 }
-
-/// Frames in slabs at or below which a pool pageblock is helped to empty (see
-/// [`FreeArea::release_metadata`]): an eighth of it.
-const EMPTY_OUT: usize = FRAMES / 8;
 
 /// log2 of the frames of a slab of `what` (rounded up to a power of two, so slabs of one size
 /// tile a pageblock).
@@ -334,34 +330,6 @@ impl FreeArea {
         }
     }
 
-    /// Helps pool pageblock `r` to empty: what keeps it may be only metadata of pageblocks
-    /// that live as long as the pool's own (the planes of pool pageblocks and their sections'
-    /// arrays) and slabs the pool keeps spare. Moves the first out of it
-    /// and retires the second; the slabs this empties come back through
-    /// [`FreeArea::retire_metadata`].
-    /// Costs a walk of the pool pageblocks.
-    fn empty_out(&mut self, r: PbRef) {
-        let base = self.pb_base(r);
-        let Some(away) = PhysRange::new(base, Pfn::new(base.get() + FRAMES as u64)) else {
-            return;
-        };
-        let mut cur = self.pool_pbs;
-        while let Some(q) = PbRef::unpack(cur) {
-            cur = self.meta.pb(q).map_or(NIL, |h| h.next);
-            self.move_out(q, away);
-        }
-        self.meta.pool.retire_in(away);
-    }
-
-    /// Moves pageblock `r`'s planes and its section's array out of the frames `away`, where the
-    /// pool has room elsewhere.
-    fn move_out(&mut self, r: PbRef, away: PhysRange) {
-        self.meta.move_planes_out(r, away);
-        if let Some(s) = self.sec_of(r) {
-            self.meta.move_array_out(s, away);
-        }
-    }
-
     /// Retires what the metadata pool can spare and hands out up to `out.len()` retired
     /// slabs, zeroed, with the pointers they were mapped at, for the caller to unmap (with no
     /// lock held) and give back with [`FreeArea::release_metadata`]; how many it handed out.
@@ -384,30 +352,105 @@ impl FreeArea {
 
     /// Gives the frames of unmapped retired slabs back to their pool pageblocks, and every
     /// pool pageblock no slab uses any more to the buddy (which may leave further slabs free:
-    /// their planes and arrays go back to the pool). Then, if the pool pageblocks leave a
-    /// pageblock's worth of frames unused, it helps each that is nearly empty to empty, which
-    /// may retire more for the next [`FreeArea::retire_metadata`] (two of them may each keep
-    /// the other's section split: one goes first, then the other).
+    /// their planes and arrays go back to the pool). Then helps the emptiest pool pageblock to
+    /// empty if the others have room for what it holds (see [`FreeArea::empty_emptiest`]),
+    /// which may retire more for the next [`FreeArea::retire_metadata`].
     pub(crate) fn release_metadata(&mut self, slabs: impl IntoIterator<Item = PhysRange>) {
         for slab in slabs {
             self.release_slab(slab);
         }
+        self.empty_emptiest();
+    }
+
+    /// The pool pageblock with the fewest frames in use, of those that can empty (not the
+    /// first pageblock of a section holding its own array), unless the pool pageblocks leave
+    /// less than a pageblock's worth of frames unused or the others lack the room for its
+    /// frames in use: then packing them tighter would not give a pageblock back. With its
+    /// frames in use.
+    fn emptiest_pool_pb(&self) -> Option<(PbRef, u64)> {
         if self.pool_spare < FRAMES as u64 {
-            return;
+            return None;
         }
+        let mut best: Option<(PbRef, u64)> = None;
         let mut cur = self.pool_pbs;
         while let Some(r) = PbRef::unpack(cur) {
-            let Some(h) = self.meta.pb(r) else {
-                return;
-            };
+            let h = self.meta.pb(r)?;
             cur = h.next;
-            if FRAMES - usize::from(h.free) <= EMPTY_OUT {
-                // The spare pageblocks keep planes and their sections' arrays: free memory the
-                // pool would rather give back now.
-                self.release_spares();
-                self.empty_out(r);
+            let used = (FRAMES - usize::from(h.free)) as u64;
+            let base = self.pb_base(r);
+            let hosts = PhysRange::new(base, Pfn::new(base.get() + FRAMES as u64))
+                .zip(self.sec_of(r))
+                .is_some_and(|(away, s)| self.meta.hosts_array_in(s, away));
+            if !hosts && best.is_none_or(|(_, b)| used < b) {
+                best = Some((r, used));
             }
         }
+        let (r, used) = best?;
+        // The others' unused frames: the pool's less this one's.
+        (used <= self.pool_spare - (FRAMES as u64 - used)).then_some((r, used))
+    }
+
+    /// Helps the emptiest pool pageblock to empty when the others have room for what it
+    /// holds: the classes' spare pageblocks go back first (their planes and their sections'
+    /// arrays are free memory the pool would rather give back), then its planes and arrays
+    /// still in use move into the pool's room elsewhere and its slabs the pool keeps spare
+    /// retire; the slabs this empties come back through [`FreeArea::retire_metadata`]. Costs
+    /// a walk of the pool pageblocks, of the pool's slabs in use and of the sections.
+    fn empty_emptiest(&mut self) {
+        let Some((r, _)) = self.emptiest_pool_pb() else {
+            return;
+        };
+        self.release_spares();
+        let base = self.pb_base(r);
+        if let Some(away) = PhysRange::new(base, Pfn::new(base.get() + FRAMES as u64)) {
+            self.meta.move_all_out(away);
+            self.meta.pool.retire_in(away);
+        }
+    }
+
+    /// Frames for a slab that lets the emptiest pool pageblock empty, when what still holds it
+    /// (an array, or a plane, in use) found no room elsewhere in the pool: carved from the
+    /// fullest other pool pageblock that has them, as growth on its way (`growing`) until the
+    /// caller maps them and adds the slab with [`FreeArea::add_slab_to_empty`] (or gives them
+    /// back with [`FreeArea::unalloc_slab`]). With the kind of slab. `None` when nothing is
+    /// stuck, another growth is on its way, or no other pool pageblock (outside memory going
+    /// offline) has the frames.
+    pub(crate) fn slab_to_empty(&mut self) -> Option<(Short, Pfn)> {
+        if self.growing {
+            return None;
+        }
+        let (r, _) = self.emptiest_pool_pb()?;
+        let base = self.pb_base(r);
+        let what = self
+            .meta
+            .stuck_in(PhysRange::new(base, Pfn::new(base.get() + FRAMES as u64))?)?;
+        let order = slab_order(what);
+        let mut best: Option<(PbRef, u16)> = None;
+        let mut cur = self.pool_pbs;
+        while let Some(q) = PbRef::unpack(cur) {
+            let h = self.meta.pb(q)?;
+            cur = h.next;
+            let room = q != r
+                && !self.isolated(q.span)
+                && self
+                    .meta
+                    .plane(q, Which::Alloc)
+                    .is_some_and(|p| p.find_clear_run(order).is_some());
+            if room && best.is_none_or(|(_, free)| h.free < free) {
+                best = Some((q, h.free));
+            }
+        }
+        let (q, _) = best?;
+        let off = self.carve(q, 1 << order)?;
+        self.growing = true;
+        Some((what, Pfn::new(self.pb_base(q).get() + off as u64)))
+    }
+
+    /// Adds the slab [`FreeArea::slab_to_empty`] carved, now mapped, and moves into it.
+    pub(crate) fn add_slab_to_empty(&mut self, what: Short, slab: crate::platform::Mapped) {
+        self.meta.pool.add_slab(what, slab);
+        self.growing = false;
+        self.empty_emptiest();
     }
 
     /// Puts pool pageblock `r` on their list.

@@ -577,3 +577,56 @@ fn the_metadata_pool_shrinks_when_memory_merges_whole() {
         boot_free
     );
 }
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
+fn the_trim_packs_metadata_still_in_use_into_fewer_pool_pageblocks() {
+    // 80 GiB split frame by frame, then freed but for one frame in each of 24 pageblocks
+    // spread over the order they were split in: their planes and their sections' arrays lie
+    // in slabs of every pool pageblock, a few in each. The trim moves them (the owner index
+    // names each plane's pageblock), the emptiest pool pageblock first, into the others, with
+    // array slabs carved there when no free one has room, and gives back every pool pageblock
+    // but one. Before, all three stayed.
+    let g = 1u64 << 18;
+    let spec = Spec::uniform(1, 80 * g, 4 * g);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let boot = m.metadata_bytes();
+    let boot_free = m.node(n(0)).unwrap().free_pages();
+    let held = fill(&m);
+    let split = m.metadata_bytes();
+    assert!(split >= boot + (5 << 20), "{boot} at boot, {split} split");
+    let step = held.len() / 24;
+    let mut kept = Vec::new();
+    for (i, p) in held.into_iter().enumerate() {
+        if i % step == step / 2 {
+            kept.push(p);
+        } else {
+            m.free(p, Order::ZERO).unwrap();
+        }
+    }
+    let pbs = by_pageblock(&kept);
+    assert_eq!(pbs.len(), kept.len(), "one kept frame per pageblock");
+    m.trim_metadata();
+    m.check_invariants().unwrap();
+    let back = m.metadata_bytes();
+    assert!(
+        back <= boot + (2 << 20) + (64 << 10),
+        "{boot} bytes at boot, {split} split, {back} with {} pageblocks split",
+        kept.len()
+    );
+    assert_eq!(
+        m.node(n(0)).unwrap().free_pages() + (back - boot) / PAGE_SIZE + kept.len() as u64,
+        boot_free,
+        "every frame is free, held or the metadata's"
+    );
+    for p in kept {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.trim_metadata();
+    m.check_invariants().unwrap();
+    assert!(m.metadata_bytes() <= boot + (2 << 20) + (64 << 10));
+}
