@@ -2653,4 +2653,93 @@ mod tests {
         assert!(pool.consistent());
         assert!(pool.take_array(Need::Normal).is_some());
     }
+
+    /// The trim's packing at the metadata's level (Miri reaches it here: the machine-level
+    /// tests need thousands of frames): the planes of two pageblocks and a section's array lie
+    /// in a pool pageblock's frames; `move_all_out` moves the planes into the seed's room,
+    /// keeping their bits and owners, while the array waits for a free array elsewhere, and
+    /// moves once one joins. Then nothing holds those frames and their slabs retire.
+    #[test]
+    fn packing_moves_planes_and_arrays_in_use_out_of_a_pool_pageblock() {
+        use crate::test_util::SparseMem;
+        let g = 1u64 << 18;
+        let range = frames(4 * g, 2 * g);
+        let region = frames(8 * g, region_bytes(range).div_ceil(PAGE_SIZE));
+        let mem = SparseMem::default();
+        let (span, seed) = SpanMeta::map(&mem, range, region).unwrap();
+        let mut zm = ZoneMeta::default();
+        let slot = zm.add(span, seed).unwrap();
+        // A pool pageblock's frames at 100 << 9: a singles slab and an array slab there, and
+        // an array slab outside it that joins later.
+        let away = frames(100 << 9, 512);
+        let array_pages = Pool::slab_frames(Short::Arrays) as usize;
+        let mem_slabs = Pages::new(1 + 2 * array_pages);
+        // SAFETY: distinct page-aligned runs of `mem_slabs`, ours alone.
+        unsafe {
+            zm.pool
+                .add_raw(Short::Singles, mem_slabs.page(0), Some(frames(100 << 9, 1)));
+            zm.pool.add_raw(
+                Short::Arrays,
+                mem_slabs.page(1),
+                Some(frames((100 << 9) + 8, array_pages as u64)),
+            );
+        }
+        zm.pool.bytes = (1 + array_pages as u64) * PAGE_SIZE;
+        // Section 0 takes the seed's array (seeds first), section 1 the one in `away`.
+        for index in [0, 1] {
+            let s = SecRef { span: slot, index };
+            zm.split_section(s, PbHeader::NEW, Need::Normal).unwrap();
+        }
+        let pb = |i: u32| PbRef {
+            span: slot,
+            index: PBS_PER_SECTION as u32 + i,
+        };
+        let (r1, r2) = (pb(3), pb(7));
+        let mut bits = Plane::EMPTY;
+        bits.fill(5, 9, true);
+        // The zone's slab is taken before the seed (what normal needs do).
+        zm.set_planes(r1, bits, None, Need::Normal).unwrap();
+        zm.set_planes(r2, Plane::FULL, None, Need::Normal).unwrap();
+        zm.update_pb(r2, |h| h.free = 7);
+        let lies_in = |zm: &ZoneMeta, r: PbRef| {
+            let (_, at) = zm.plane_ref(r).unwrap().slot();
+            Pool::slab_of(at).is_some_and(|x| x.overlaps(&away))
+        };
+        assert!(lies_in(&zm, r1) && lies_in(&zm, r2));
+        assert_eq!(zm.stuck_in(away), Some(Short::Arrays));
+        zm.move_all_out(away);
+        assert!(!lies_in(&zm, r1) && !lies_in(&zm, r2));
+        assert_eq!(zm.plane(r1, Which::Alloc), Some(bits));
+        assert_eq!(zm.plane(r2, Which::Alloc), Some(Plane::FULL));
+        assert!(zm.owner_agrees(r1) && zm.owner_agrees(r2) && zm.owners_consistent());
+        assert_eq!(zm.pb(r2).map(|h| h.free), Some(7));
+        // No free array outside `away`: section 1's stays.
+        assert_eq!(zm.stuck_in(away), Some(Short::Arrays));
+        // SAFETY: a page-aligned run of `mem_slabs` no slab uses, ours alone.
+        unsafe {
+            zm.pool.add_raw(
+                Short::Arrays,
+                mem_slabs.page(1 + array_pages),
+                Some(frames(300 << 9, array_pages as u64)),
+            );
+        }
+        zm.pool.bytes += array_pages as u64 * PAGE_SIZE;
+        zm.move_all_out(away);
+        assert_eq!(zm.stuck_in(away), None);
+        // The headers came along: r2's count, read through the moved array.
+        assert_eq!(zm.pb(r2).map(|h| h.free), Some(7));
+        assert_eq!(zm.plane(r1, Which::Alloc), Some(bits));
+        assert!(zm.pool.consistent() && zm.owners_consistent());
+        zm.pool.retire_in(away);
+        let mut gone: Vec<PhysRange> =
+            core::iter::from_fn(|| zm.pool.pop_retired().map(|(r, _)| r)).collect();
+        gone.sort_by_key(|r| r.start());
+        assert_eq!(
+            gone,
+            [
+                frames(100 << 9, 1),
+                frames((100 << 9) + 8, array_pages as u64)
+            ]
+        );
+    }
 }
