@@ -1790,13 +1790,30 @@ impl ZoneMeta {
         if !matches!(old.origin, Origin::Slab(x) if x.overlaps(&away)) {
             return;
         }
-        let Some((a, slab)) = self.pool.pop_array(Some(away)) else {
+        let Some(new) = self.pool.pop_array(Some(away)) else {
             return;
         };
+        // SAFETY: the pool just handed `new` out, and `old` is what `s`'s entry holds.
+        unsafe { self.repoint_array(s, old, new) };
+    }
+
+    /// Copies section `s`'s array `old` into the free array `new` (with its slab), repoints
+    /// the section to it and gives the old one back: the one place arrays move.
+    ///
+    /// # Safety
+    /// `new` must be a free array of this pool, just handed out by it, and `old` the array
+    /// `s`'s entry holds.
+    unsafe fn repoint_array(
+        &mut self,
+        s: SecRef,
+        old: ArrayRef,
+        (a, slab): (NonNull<FreeArray>, Option<PhysRange>),
+    ) {
         let ptr = a.cast::<UnsafeCell<PbCell>>();
         for i in 0..usize::from(old.len) {
-            // SAFETY: the old array holds `len` live cells and the new one, ours now, room for
-            // as many (`ARRAY_BYTES`); `&mut self` excludes every other access.
+            // SAFETY: the caller's guarantee: the old array holds `len` live cells and the new
+            // one, ours now, room for as many (`ARRAY_BYTES`); `&mut self` excludes every other
+            // access.
             unsafe {
                 let (header, planes) = old.ptr.add(i).as_ref().with(|c| ((*c).header, (*c).planes));
                 ptr.add(i).write(UnsafeCell::new(PbCell { header, planes }));
@@ -2233,7 +2250,7 @@ impl ZoneMeta {
                         Origin::Section | Origin::Hosted(_) => continue,
                     };
                     if away.holds(slab, a.ptr.cast()) {
-                        self.relocate_array(s, a)?;
+                        self.relocate_array(s)?;
                     }
                 }
             }
@@ -2411,28 +2428,14 @@ impl ZoneMeta {
         Ok(())
     }
 
-    /// Moves section `s`'s pool array `old` into a free array in service; `Err` if the pool
-    /// has none.
-    fn relocate_array(&mut self, s: SecRef, old: ArrayRef) -> Result<(), Short> {
-        let (a, slab) = self.pool.pop_array(None).ok_or(Short::Arrays)?;
-        let ptr = a.cast::<UnsafeCell<PbCell>>();
-        for i in 0..usize::from(old.len) {
-            // SAFETY: the old array holds `len` live cells and the new one, ours now, room for
-            // as many (`ARRAY_BYTES`); `&mut self` excludes every other access.
-            unsafe {
-                let (header, planes) = old.ptr.add(i).as_ref().with(|c| ((*c).header, (*c).planes));
-                ptr.add(i).write(UnsafeCell::new(PbCell { header, planes }));
-            }
-        }
-        self.set_section_array(
-            s,
-            Some(ArrayRef {
-                ptr,
-                len: old.len,
-                origin: slab.map_or(Origin::Seed, Origin::Slab),
-            }),
-        );
-        self.pool.put_array(old);
+    /// Moves section `s`'s array into a free array in service; `Err` if the pool has none.
+    fn relocate_array(&mut self, s: SecRef) -> Result<(), Short> {
+        let Some((_, Some(old))) = self.section_cell_copy(s) else {
+            return Ok(());
+        };
+        let new = self.pool.pop_array(None).ok_or(Short::Arrays)?;
+        // SAFETY: the pool just handed `new` out, and `old` is what `s`'s entry holds.
+        unsafe { self.repoint_array(s, old, new) };
         Ok(())
     }
 
