@@ -530,6 +530,34 @@ fn the_invariant_walk_catches_a_pageblock_that_records_another_bucket() {
     m.check_invariants().unwrap();
 }
 
+/// What [`split_frame_by_frame`] saw: metadata bytes and free frames at boot, the frames it
+/// took, and the metadata bytes then.
+struct Split80 {
+    boot: u64,
+    boot_free: u64,
+    held: Vec<Pfn>,
+    split: u64,
+}
+
+/// Fills node 0 of `m` (80 GiB booted with `Spec::uniform(1, 80 << 18, 4 << 18)`) frame by
+/// frame: about 5 MiB of arrays and planes, three pool pageblocks.
+fn split_frame_by_frame(m: &Machine<'_>) -> Split80 {
+    let boot = m.metadata_bytes();
+    let boot_free = m.node(n(0)).unwrap().free_pages();
+    let held = fill(m);
+    let split = m.metadata_bytes();
+    assert!(
+        split >= boot + (5 << 20),
+        "{boot} bytes at boot, {split} split"
+    );
+    Split80 {
+        boot,
+        boot_free,
+        held,
+        split,
+    }
+}
+
 #[test]
 #[cfg_attr(
     miri,
@@ -541,18 +569,15 @@ fn the_metadata_pool_shrinks_when_memory_merges_whole() {
     // of the zone's frames but a few it keeps for its next growth, and every pool pageblock
     // but the one holding those, once asked to. The span's last pageblock stays split: its end
     // holds the span's region.
-    let g = 1u64 << 18;
-    let spec = Spec::uniform(1, 80 * g, 4 * g);
+    let spec = Spec::uniform(1, 80 << 18, 4 << 18);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
-    let boot = m.metadata_bytes();
-    let boot_free = m.node(n(0)).unwrap().free_pages();
-    let held = fill(&m);
-    let split = m.metadata_bytes();
-    assert!(
-        split >= boot + (5 << 20),
-        "{boot} bytes at boot, {split} split"
-    );
+    let Split80 {
+        boot,
+        boot_free,
+        held,
+        split,
+    } = split_frame_by_frame(&m);
     m.check_invariants().unwrap();
     for p in held {
         m.free(p, Order::ZERO).unwrap();
@@ -590,15 +615,15 @@ fn the_trim_packs_metadata_still_in_use_into_fewer_pool_pageblocks() {
     // names each plane's pageblock), the emptiest pool pageblock first, into the others, with
     // array slabs carved there when no free one has room, and gives back every pool pageblock
     // but one. Before, all three stayed.
-    let g = 1u64 << 18;
-    let spec = Spec::uniform(1, 80 * g, 4 * g);
+    let spec = Spec::uniform(1, 80 << 18, 4 << 18);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
-    let boot = m.metadata_bytes();
-    let boot_free = m.node(n(0)).unwrap().free_pages();
-    let held = fill(&m);
-    let split = m.metadata_bytes();
-    assert!(split >= boot + (5 << 20), "{boot} at boot, {split} split");
+    let Split80 {
+        boot,
+        boot_free,
+        held,
+        split,
+    } = split_frame_by_frame(&m);
     let step = held.len() / 24;
     let mut kept = Vec::new();
     for (i, p) in held.into_iter().enumerate() {
