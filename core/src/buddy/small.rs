@@ -22,7 +22,7 @@
 #![deny(unsafe_code)]
 
 use super::dirty::{Got, range_of, split_dirty};
-use super::{BANDS, Big, EMPTYING, FreeArea, NoBlock, PLAIN, SMALL, band_of};
+use super::{BANDS, Big, EMPTYING, FreeArea, NoBlock, PLAIN, PbBuckets, SMALL, band_of};
 use crate::addr::{Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::FreeError;
@@ -43,6 +43,32 @@ pub(crate) enum Found {
     Whole { order: u8, what: Use },
     /// A frame of a pageblock lent to a CPU (the CPU's state array knows more).
     Hot { r: PbRef, off: usize },
+}
+
+/// Moves split pageblock `r` (its header `h`) from its bucket to the bucket of `key`
+/// (`band * FRAMES + free`, `free` in 1..FRAMES) when that touches no other header: it is alone
+/// in its bucket, and the new bucket is empty or the same. `false`, with nothing changed,
+/// otherwise.
+fn move_alone(bucket: &mut PbBuckets, r: PbRef, h: &mut PbHeader, key: usize) -> bool {
+    let old = usize::from(h.bucket);
+    if old == 0 || h.next != NIL || h.prev != NIL || (key != old && bucket.heads[key] != NIL) {
+        return false;
+    }
+    bucket.heads[old] = NIL;
+    bucket.nonempty[old / FRAMES].put(old % FRAMES, false);
+    bucket.heads[key] = r.pack();
+    bucket.nonempty[key / FRAMES].put(key % FRAMES, true);
+    h.bucket = key as u16;
+    true
+}
+
+/// The offset of the free aligned run of `order` a split pageblock with planes `alloc` and
+/// `extra` hands out: with `zero`, a clean one if it has one.
+fn free_run(alloc: &Plane, extra: Option<&Plane>, order: u8, zero: bool) -> Option<usize> {
+    let clean = extra
+        .filter(|_| zero)
+        .and_then(|x| super::dirty::union(alloc, x).find_clear_run(order));
+    clean.or_else(|| alloc.find_clear_run(order))
 }
 
 impl FreeArea {
@@ -206,6 +232,11 @@ impl FreeArea {
         class: Class,
         zero: bool,
     ) -> Result<Got, NoBlock> {
+        if order == 0
+            && let Some(got) = self.take_single(class, zero)
+        {
+            return Ok(got);
+        }
         let r = self.pick(order, class)?;
         if order > 0
             && let Err(short) = self.ensure_extra(r)
@@ -380,6 +411,59 @@ impl FreeArea {
         Some(r)
     }
 
+    /// The common order-0 allocation in one look at the pageblock: the frame [`FreeArea::pick`]
+    /// and [`FreeArea::take_from`] would take from the pageblock [`FreeArea::pick_single`]
+    /// finds, with the same result. When the pageblock is alone in its bucket and the bucket
+    /// of its new count is empty, it moves there without touching another header; otherwise
+    /// (or when it fills up) it leaves its bucket and settles as usual. `None`, with nothing
+    /// changed, when `pick_single` would not take it.
+    fn take_single(&mut self, class: Class, zero: bool) -> Option<Got> {
+        let bucket = &self.buckets[class.index()];
+        let b = bucket.nonempty[0].next_set(1)?;
+        let r = PbRef::unpack(bucket.heads[b])?;
+        let later = bucket.nonempty[0].next_set(b + 1);
+        if self.band(r) != 0 {
+            return None;
+        }
+        let (off, dirty, h) = self.meta.with_pb_mut(r, |h, alloc, extra| {
+            let free = usize::from(h.free);
+            let takes = free == b || (free > b && h.next == NIL && later.is_none_or(|n| n >= free));
+            if !takes {
+                return None;
+            }
+            let alloc = alloc?;
+            let off = free_run(alloc, extra.as_deref(), 0, zero)?;
+            // What the frame adds to the dirty free count (`split_dirty`) leaves it.
+            let dirty = extra
+                .as_deref()
+                .map_or(h.flags & flag::DIRTY != 0, |x| x.get(off));
+            alloc.put(off, true);
+            if let Some(x) = extra {
+                // An order-0 block is its own head.
+                x.put(off, true);
+            }
+            let old = *h;
+            h.free -= 1;
+            h.flags &= !flag::REPORTED;
+            let key = usize::from(h.free);
+            if key > 0 && move_alone(&mut self.buckets[class.index()], r, h, key) {
+                return Some((off, dirty, None));
+            }
+            Some((off, dirty, Some((old, *h))))
+        })??;
+        if let Some((old, now)) = h {
+            self.bucket_remove_as(r, &old);
+            self.settle_as(r, now.class, now.free);
+        }
+        self.dirty_pages -= u64::from(dirty);
+        self.free_pages -= 1;
+        let pfn = Pfn::new(self.pb_base(r).get() + off as u64);
+        Some(Got {
+            pfn,
+            dirty: dirty.then(|| range_of(pfn, 0, 1)).flatten(),
+        })
+    }
+
     /// The fullest pageblock of `class` with at least `min_free` free frames, out of its bucket,
     /// by the order of [`FreeArea::pick`].
     pub(super) fn pick_min(&mut self, class: Class, min_free: usize) -> Option<PbRef> {
@@ -521,11 +605,7 @@ impl FreeArea {
             .with_pb_mut(r, |h, alloc, mut extra| {
                 let alloc = alloc?;
                 let before = split_dirty(h, Some(alloc), extra.as_deref());
-                let clean = extra
-                    .as_deref()
-                    .filter(|_| zero)
-                    .and_then(|x| super::dirty::union(alloc, x).find_clear_run(order));
-                let off = clean.or_else(|| alloc.find_clear_run(order))?;
+                let off = free_run(alloc, extra.as_deref(), order, zero)?;
                 let dirty = match extra.as_deref() {
                     Some(x) => {
                         let first = (off..off + len).find(|&i| x.get(i));
@@ -623,45 +703,60 @@ impl FreeArea {
     /// Without an extra plane, clean frames freed into a dirty pageblock count as dirty.
     pub(crate) fn free_small(&mut self, r: PbRef, off: usize, order: u8, dirty: bool) {
         let len = 1usize << order;
-        let free =
-            |h: &mut PbHeader, mut alloc: Option<&mut Plane>, mut extra: Option<&mut Plane>| {
-                let was_full = h.free == 0;
-                let before = split_dirty(h, alloc.as_deref(), extra.as_deref());
-                if let Some(a) = alloc.as_deref_mut() {
-                    a.fill(off, len, false);
-                }
-                if let Some(x) = extra.as_deref_mut() {
-                    x.fill(off, len, dirty);
-                }
-                h.free += len as u16;
-                h.multi -= u16::from(order > 0);
-                if dirty {
-                    h.flags |= flag::DIRTY;
-                }
-                let after = split_dirty(h, alloc.as_deref(), extra.as_deref());
-                (*h, was_full, before, after)
-            };
+        // A split pageblock at the span's edge that becomes wholly free stays in the buckets:
+        // the bucket it moves to, if it may (see `move_alone`), with its frames in the span.
+        let edge = (!self.scrub_holds_pb(r) && !self.isolated(r.span))
+            .then(|| self.meta.span(r.span).map(|s| s.pb_frames(r.index)))
+            .flatten()
+            .filter(|&(lo, hi)| hi - lo < FRAMES)
+            .map(|(lo, hi)| (hi - lo, self.band(r)));
+        let free = |h: &mut PbHeader,
+                    mut alloc: Option<&mut Plane>,
+                    mut extra: Option<&mut Plane>,
+                    buckets: &mut [PbBuckets; Class::ALL.len()]| {
+            let was_full = h.free == 0;
+            let before = split_dirty(h, alloc.as_deref(), extra.as_deref());
+            if let Some(a) = alloc.as_deref_mut() {
+                a.fill(off, len, false);
+            }
+            if let Some(x) = extra.as_deref_mut() {
+                x.fill(off, len, dirty);
+            }
+            h.free += len as u16;
+            h.multi -= u16::from(order > 0);
+            if dirty {
+                h.flags |= flag::DIRTY;
+            }
+            let after = split_dirty(h, alloc.as_deref(), extra.as_deref());
+            let moved = edge.is_some_and(|(frames, band)| {
+                usize::from(h.free) == frames
+                    && move_alone(&mut buckets[h.class.index()], r, h, band * FRAMES + frames)
+            });
+            (*h, was_full, before, after, moved)
+        };
         // A dirty free into a clean pageblock without an extra plane first gives it one (see
         // `keep_clean_apart`); otherwise one lookup does it all.
         let first = self.meta.with_pb_mut(r, |h, alloc, extra| {
             let wants_extra = dirty && h.flags & flag::DIRTY == 0 && extra.is_none();
-            (!wants_extra).then(|| free(h, alloc, extra))
+            (!wants_extra).then(|| free(h, alloc, extra, &mut self.buckets))
         });
         let done = match first {
             Some(Some(done)) => Some(done),
             Some(None) => {
                 self.keep_clean_apart(r);
-                self.meta.with_pb_mut(r, free)
+                self.meta.with_pb_mut(r, |h, alloc, extra| {
+                    free(h, alloc, extra, &mut self.buckets)
+                })
             }
             None => None,
         };
-        let Some((h, was_full, before, after)) = done else {
+        let Some((h, was_full, before, after, moved)) = done else {
             return;
         };
         self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
         self.free_pages += len as u64;
         self.iso_more(r.span, len as u64);
-        if self.scrub_holds_pb(r) {
+        if moved || self.scrub_holds_pb(r) {
             // Out of every bucket until the scrub puts its frames back and settles it.
             return;
         }
