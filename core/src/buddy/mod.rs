@@ -706,6 +706,20 @@ impl FreeArea {
         }
     }
 
+    /// The links of `b`, which this leaves `NIL`, in one access to its entry.
+    fn take_links(&mut self, b: Big) -> (u32, u32) {
+        let take = |next: &mut u32, prev: &mut u32| {
+            (core::mem::replace(next, NIL), core::mem::replace(prev, NIL))
+        };
+        match b {
+            Big::Pb(r) => self.meta.update_pb(r, |h| take(&mut h.next, &mut h.prev)),
+            Big::Section(s) => self
+                .meta
+                .update_section(s, |x| take(&mut x.next, &mut x.prev)),
+        }
+        .unwrap_or((NIL, NIL))
+    }
+
     fn set_links(&mut self, b: Big, next: Option<u32>, prev: Option<u32>) {
         match b {
             Big::Pb(r) => {
@@ -743,6 +757,8 @@ impl FreeArea {
     }
 
     /// Changes split section `s` through `f`, moving it to the bucket its counts then call for.
+    /// The section's own entry is read once and written once; only its old and new neighbours
+    /// are touched besides.
     fn sec_update(&mut self, s: SecRef, f: impl FnOnce(&mut Section)) {
         if self.isolated(s.span) {
             // In no bucket while isolated.
@@ -752,28 +768,38 @@ impl FreeArea {
         let Some(x) = self.meta.section(s) else {
             return;
         };
+        let mut y = x;
+        f(&mut y);
         if x.free_pbs > 0 {
-            self.sec_unbucket(s, &x);
+            let (set, b) = (Self::sec_set(&x), Self::sec_bucket(x.free_pbs));
+            match SecRef::unpack(x.prev) {
+                None => {
+                    self.sections[set].heads[b] = x.next;
+                    if x.next == NIL {
+                        self.sections[set].nonempty.put(b, false);
+                    }
+                }
+                Some(p) => {
+                    self.meta.update_section(p, |z| z.next = x.next);
+                }
+            }
+            if let Some(n) = SecRef::unpack(x.next) {
+                self.meta.update_section(n, |z| z.prev = x.prev);
+            }
         }
-        let Some(y) = self.meta.update_section(s, |y| {
-            f(y);
-            *y
-        }) else {
-            return;
-        };
+        y.next = NIL;
+        y.prev = NIL;
         if y.free_pbs > 0 {
             let (set, b) = (Self::sec_set(&y), Self::sec_bucket(y.free_pbs));
             let head = self.sections[set].heads[b];
             self.sections[set].heads[b] = s.pack();
             self.sections[set].nonempty.put(b, true);
-            self.meta.update_section(s, |x| {
-                x.next = head;
-                x.prev = NIL;
-            });
+            y.next = head;
             if let Some(h) = SecRef::unpack(head) {
-                self.meta.update_section(h, |x| x.prev = s.pack());
+                self.meta.update_section(h, |z| z.prev = s.pack());
             }
         }
+        self.meta.update_section(s, |z| *z = y);
     }
 
     /// Counts pageblock `r` as split below 2 MiB (`true`) or no longer (`false`) in its section.
@@ -855,7 +881,7 @@ impl FreeArea {
 
     /// Takes the free block `b` of `order` off its list (its state is left to the caller).
     fn unlink_big(&mut self, b: Big, order: u8) {
-        let (next, prev) = self.links(b);
+        let (next, prev) = self.take_links(b);
         match b {
             // Parked: on no list.
             Big::Section(s) if self.isolated(s.span) => {}
@@ -889,7 +915,6 @@ impl FreeArea {
                 });
             }
         }
-        self.set_links(b, Some(NIL), Some(NIL));
         self.counts[Self::list(order)] -= 1;
         self.iso_less(Self::span_of(b), 1 << order);
     }
@@ -992,6 +1017,9 @@ impl FreeArea {
             Err(NoBlock::Empty) if self.release_spares() => self.take_big(order, [PLAIN, SMALL])?,
             r => r?,
         };
+        if let (Big::Pb(r), true) = (b, order == PB_SHIFT as u8) {
+            return Ok(self.alloc_pb(r, what));
+        }
         self.dirty_pages -= self.block_dirty(b, order);
         let dirty = self.block_dirty_range(b, order);
         self.mark_allocated(b, order, what);
@@ -1000,6 +1028,38 @@ impl FreeArea {
             pfn: self.base(b),
             dirty,
         })
+    }
+
+    /// The end of [`FreeArea::alloc_big`] for one pageblock `r`, off its list, in one access
+    /// to its header: what `block_dirty`, `block_dirty_range` and `mark_allocated` do for it.
+    fn alloc_pb(&mut self, r: PbRef, what: Use) -> Got {
+        let order = PB_SHIFT as u8;
+        let flags = self
+            .meta
+            .update_pb(r, |h| {
+                let flags = h.flags;
+                h.flags &= !flag::REPORTED;
+                h.state = PbState::Allocated { order, what };
+                flags
+            })
+            .unwrap_or(0);
+        let pfn = self.pb_base(r);
+        let whole = PhysRange::new(pfn, Pfn::new(pfn.get() + FRAMES as u64));
+        if flags & flag::REPORTED != 0 {
+            self.reported_pages -= FRAMES as u64;
+            if let (Some(report::Install(hook)), Some(range)) = (self.install, whole) {
+                hook.install(range);
+            }
+        }
+        let dirty = flags & flag::DIRTY != 0;
+        if dirty {
+            self.dirty_pages -= FRAMES as u64;
+        }
+        self.free_pages -= FRAMES as u64;
+        Got {
+            pfn,
+            dirty: whole.filter(|_| dirty),
+        }
     }
 
     fn mark_allocated(&mut self, b: Big, order: u8, what: Use) {

@@ -646,18 +646,27 @@ impl FreeArea {
         }
         // `pb_ref` found `pfn` inside its span, so `off` is a frame of the span.
         let off = (pfn.get() - self.pb_base(r).get()) as usize;
-        // One lookup for the header and planes; `None` for a whole block, below.
-        let small = self.meta.with_pb(r, |h, alloc, extra| match h.state {
+        // One lookup for the header and planes, in a split section (`whole_at`'s answer for
+        // its blocks of whole pageblocks too).
+        let found = self.meta.with_pb(r, |h, alloc, extra| match h.state {
             // The metadata pool's own frames: never the caller's.
-            PbState::Pool => Some(Err(FreeError::Foreign { pfn })),
-            PbState::Split => Some(self.find_small(r, off, pfn, alloc, extra)),
-            PbState::Hot => Some(Ok(Found::Hot { r, off })),
-            _ => None,
+            PbState::Pool => Err(FreeError::Foreign { pfn }),
+            PbState::Split => self.find_small(r, off, pfn, alloc, extra),
+            PbState::Hot => Ok(Found::Hot { r, off }),
+            PbState::Free { .. }
+            | PbState::FreeTail
+            | PbState::Allocated {
+                what: Use::Scrub, ..
+            } => Err(FreeError::DoubleFree { pfn }),
+            PbState::Allocated { order, what } if off == 0 => Ok(Found::Whole { order, what }),
+            PbState::Allocated { .. } | PbState::AllocatedTail => {
+                Err(FreeError::NotAllocated { pfn })
+            }
         });
-        if let Some(Some(found)) = small {
+        if let Some(found) = found {
             return found;
         }
-        // The section is one whole block, or `r` heads or lies in a block of whole pageblocks.
+        // The section is not split: it is one whole block, or free.
         match self.whole_at(pfn)? {
             Some((o, what)) => Ok(Found::Whole { order: o, what }),
             None => Err(FreeError::NotAllocated { pfn }),
