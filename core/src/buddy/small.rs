@@ -712,70 +712,67 @@ impl FreeArea {
     /// Without an extra plane, clean frames freed into a dirty pageblock count as dirty.
     pub(crate) fn free_small(&mut self, r: PbRef, off: usize, order: u8, dirty: bool) {
         let len = 1usize << order;
-        // A split pageblock at the span's edge that becomes wholly free stays in the buckets:
-        // the bucket it moves to, if it may (see `move_alone`), with its frames in the span.
-        let edge = (!self.scrub_holds_pb(r) && !self.isolated(r.span))
-            .then(|| self.meta.span(r.span).map(|s| s.pb_frames(r.index)))
-            .flatten()
-            .filter(|&(lo, hi)| hi - lo < FRAMES)
-            .map(|(lo, hi)| (hi - lo, self.band(r)));
-        let free = |h: &mut PbHeader,
-                    mut alloc: Option<&mut Plane>,
-                    mut extra: Option<&mut Plane>,
-                    buckets: &mut [PbBuckets; Class::ALL.len()]| {
-            let was_full = h.free == 0;
-            let before = split_dirty(h, alloc.as_deref(), extra.as_deref());
-            if let Some(a) = alloc.as_deref_mut() {
-                a.fill(off, len, false);
-            }
-            if let Some(x) = extra.as_deref_mut() {
-                x.fill(off, len, dirty);
-            }
-            h.free += len as u16;
-            h.multi -= u16::from(order > 0);
-            if dirty {
-                h.flags |= flag::DIRTY;
-            }
-            let after = split_dirty(h, alloc.as_deref(), extra.as_deref());
-            let moved = edge.is_some_and(|(frames, band)| {
-                usize::from(h.free) == frames
-                    && move_alone(&mut buckets[h.class.index()], r, h, band * FRAMES + frames)
-            });
-            (*h, was_full, before, after, moved)
-        };
+        let free =
+            |h: &mut PbHeader, mut alloc: Option<&mut Plane>, mut extra: Option<&mut Plane>| {
+                let was_full = h.free == 0;
+                let before = split_dirty(h, alloc.as_deref(), extra.as_deref());
+                if let Some(a) = alloc.as_deref_mut() {
+                    a.fill(off, len, false);
+                }
+                if let Some(x) = extra.as_deref_mut() {
+                    x.fill(off, len, dirty);
+                }
+                h.free += len as u16;
+                h.multi -= u16::from(order > 0);
+                if dirty {
+                    h.flags |= flag::DIRTY;
+                }
+                let after = split_dirty(h, alloc.as_deref(), extra.as_deref());
+                (*h, was_full, before, after)
+            };
         // A dirty free into a clean pageblock without an extra plane first gives it one (see
         // `keep_clean_apart`); otherwise one lookup does it all.
         let first = self.meta.with_pb_mut(r, |h, alloc, extra| {
             let wants_extra = dirty && h.flags & flag::DIRTY == 0 && extra.is_none();
-            (!wants_extra).then(|| free(h, alloc, extra, &mut self.buckets))
+            (!wants_extra).then(|| free(h, alloc, extra))
         });
         let done = match first {
             Some(Some(done)) => Some(done),
             Some(None) => {
                 self.keep_clean_apart(r);
-                self.meta.with_pb_mut(r, |h, alloc, extra| {
-                    free(h, alloc, extra, &mut self.buckets)
-                })
+                self.meta.with_pb_mut(r, free)
             }
             None => None,
         };
-        let Some((h, was_full, before, after, moved)) = done else {
+        let Some((h, was_full, before, after)) = done else {
             return;
         };
         self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
         self.free_pages += len as u64;
         self.iso_more(r.span, len as u64);
-        if moved || self.scrub_holds_pb(r) {
+        if self.scrub_holds_pb(r) {
             // Out of every bucket until the scrub puts its frames back and settles it.
             return;
         }
-        let wholly = self.meta.span(r.span).is_some_and(|s| {
+        let frames = self.meta.span(r.span).map(|s| {
             let (lo, hi) = s.pb_frames(r.index);
-            usize::from(h.free) == hi - lo
+            hi - lo
         });
-        if wholly {
-            self.bucket_remove_as(r, &h);
-            self.settle_as(r, h.class, h.free);
+        if frames == Some(usize::from(h.free)) {
+            // Wholly free: a whole pageblock becomes the spare; one at the span's edge goes
+            // back to a bucket, with one write to its header if it is alone in its bucket and
+            // the new one is empty.
+            let mut moved = h;
+            let key = self.band(r) * FRAMES + usize::from(h.free);
+            if h.free < FRAMES as u16
+                && !self.isolated(r.span)
+                && move_alone(&mut self.buckets[h.class.index()], r, &mut moved, key)
+            {
+                self.meta.update_pb(r, |x| x.bucket = moved.bucket);
+            } else {
+                self.bucket_remove_as(r, &h);
+                self.settle_as(r, h.class, h.free);
+            }
         } else if was_full {
             self.bucket_insert_as(r, h.class, h.free);
         }
