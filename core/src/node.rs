@@ -894,6 +894,13 @@ impl ZonelistHint {
         skip as usize
     }
 
+    /// `true` if no hint is set: a walk starts at its first entry and, succeeding there,
+    /// records nothing.
+    pub(crate) fn idle(&self) -> bool {
+        // Relaxed: see the type's comment.
+        self.0.load(Ordering::Relaxed) == 0
+    }
+
     /// Records that a first pass which started at entry `start` succeeded at entry `at`. A full
     /// walk (`start == 0`) or a hint that moved sets a fresh budget; a hinted walk that
     /// succeeded where the hint said stores nothing, so the budget runs down.

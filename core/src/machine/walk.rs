@@ -234,15 +234,21 @@ impl<'a> Machine<'a> {
         if !self.topo.contains(req.preferred) {
             return None;
         }
+        let mut seq = self.layout.begin();
+        let mut tried = match self.first_try(req, &mut take) {
+            Ok(got) => return Some(got),
+            Err(tried) => tried,
+        };
         let mut visited = NodeMask::EMPTY;
         loop {
-            let seq = self.layout.begin();
-            if let Some(got) = self.walk_once(req, seq, &mut take, &mut visited) {
+            if let Some(got) = self.walk_once(req, seq, &mut take, &mut visited, tried) {
                 return Some(got);
             }
             if !self.layout.changed(seq) {
                 break;
             }
+            seq = self.layout.begin();
+            tried = None;
         }
         let kinds = zones(req.flags);
         self.caches.under_pressure(
@@ -250,18 +256,54 @@ impl<'a> Machine<'a> {
             |node, kind| visited.contains(node) && kinds.contains(&kind),
             || {
                 let seq = self.layout.begin();
-                self.walk_once(req, seq, &mut take, &mut NodeMask::default())
+                self.walk_once(req, seq, &mut take, &mut NodeMask::default(), None)
             },
         )
     }
 
+    /// The first try of [`Machine::walk_once`] on its own, when no hint moves it: the first
+    /// zone with memory of the list's first node, keeping the low watermark. Most allocations
+    /// end there. `Err` with the kind of the zone it tried (`None` if it tried none), which
+    /// the walk's first pass then passes over.
+    fn first_try<T>(
+        &self,
+        req: &Request<'_>,
+        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<T, Refused>,
+    ) -> Result<(T, NodeId), Option<ZoneKind>> {
+        let node = self
+            .layout
+            .list(req.preferred, req.flags.contains(AllocFlags::THISNODE))
+            .get(0)
+            .ok_or(None)?;
+        // As in `walk_once`: a hint serves plain walks only, and one in force starts elsewhere.
+        let plain = req.filter.is_none()
+            && !req
+                .flags
+                .intersects(AllocFlags::THISNODE | AllocFlags::DMA32);
+        if !req.allows(node) || plain && !self.nodes[req.preferred.index()].hint(req.order).idle() {
+            return Err(None);
+        }
+        let zone = zones(req.flags)
+            .iter()
+            .map(|&kind| self.nodes[node.index()].zone(kind))
+            .find(|zone| zone.has_memory())
+            .ok_or(None)?;
+        match self.take_growing(zone, || take(node, zone, Mark::Low)) {
+            Some(got) => Ok((got, node)),
+            None => Err(Some(zone.kind())),
+        }
+    }
+
     /// One walk over the layout published as `seq`; `visited` collects the nodes it tried.
+    /// `tried` names the zone of the list's first node that [`Machine::first_try`] tried
+    /// over the same layout: the first pass does not try it again.
     fn walk_once<T>(
         &self,
         req: &Request<'_>,
         seq: u64,
         take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<T, Refused>,
         visited: &mut NodeMask,
+        mut tried: Option<ZoneKind>,
     ) -> Option<(T, NodeId)> {
         let list = self
             .layout
@@ -289,7 +331,9 @@ impl<'a> Machine<'a> {
                 for &kind in zones(req.flags) {
                     let zone = self.nodes[node.index()].zone(kind);
                     // A zone without memory needs no lock to know it cannot serve.
-                    if !zone.has_memory() {
+                    if !zone.has_memory()
+                        || i == 0 && mark == Mark::Low && tried.take_if(|k| *k == kind).is_some()
+                    {
                         continue;
                     }
                     if let Some(pfn) = self.take_growing(zone, || take(node, zone, mark)) {
