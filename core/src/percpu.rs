@@ -749,6 +749,12 @@ impl<'a> Caches<'a> {
         (c.high != 0 && self.pressure.load(Ordering::Relaxed) == 0).then_some(c)
     }
 
+    /// `true` while caches take no new pageblocks (see `caching`), read with no lock held: a
+    /// hint for skipping a cache that can only hold what the slow paths find as well.
+    pub(crate) fn off(&self) -> bool {
+        self.caching().is_none()
+    }
+
     /// Replaces the tuning and gives back every pageblock of every unclaimed cache, and asks
     /// every handle to give back its own before its next operation.
     pub(crate) fn set_tuning(&self, config: PcpConfig, nodes: Nodes<'_>) {

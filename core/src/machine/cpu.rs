@@ -87,8 +87,11 @@ impl<'a> Machine<'a> {
         // Fast path: the first zone with memory of the preferred node has cached frames. The
         // walk would start there, so the layout is not read. (A zone loses its spans only to
         // offlining, which first takes their pageblocks back from every cache, so a stale "has
-        // memory" only makes the pop find nothing.)
-        if self.topo.contains(req.preferred) && req.filter.is_none_or(|f| f.contains(req.preferred))
+        // memory" only makes the pop find nothing.) With caching off it is skipped: the walk's
+        // take pops a cached frame first anyway.
+        if !self.caches.off()
+            && self.topo.contains(req.preferred)
+            && req.filter.is_none_or(|f| f.contains(req.preferred))
         {
             let node = &self.nodes[req.preferred.index()];
             if let Some(zone) = zones(req.flags)
@@ -142,7 +145,9 @@ impl<'a> Machine<'a> {
                 cpu: cpu.index() as u32,
             });
         }
-        if order != Order::ZERO {
+        // With caching off, the zone's free does what the cache's would (a frame of a
+        // pageblock a cache still holds goes to that cache's state), without the cache lock.
+        if order != Order::ZERO || self.caches.off() {
             return if dirty {
                 self.free(pfn, order)
             } else {
