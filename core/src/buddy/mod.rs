@@ -1017,8 +1017,10 @@ impl FreeArea {
             Err(NoBlock::Empty) if self.release_spares() => self.take_big(order, [PLAIN, SMALL])?,
             r => r?,
         };
-        if let (Big::Pb(r), true) = (b, order == PB_SHIFT as u8) {
-            return Ok(self.alloc_pb(r, what));
+        match b {
+            Big::Pb(r) if order == PB_SHIFT as u8 => return Ok(self.alloc_pb(r, what)),
+            Big::Section(s) => return Ok(self.alloc_section(s, what)),
+            Big::Pb(_) => {}
         }
         self.dirty_pages -= self.block_dirty(b, order);
         let dirty = self.block_dirty_range(b, order);
@@ -1059,6 +1061,36 @@ impl FreeArea {
         Got {
             pfn,
             dirty: whole.filter(|_| dirty),
+        }
+    }
+
+    /// [`FreeArea::alloc_pb`] for a whole section `s`, in one access to its entry.
+    fn alloc_section(&mut self, s: SecRef, what: Use) -> Got {
+        let frames = 1u64 << MAX_ORDER;
+        let sec = self.meta.update_section(s, |x| {
+            let before = *x;
+            x.flags &= !flag::REPORTED;
+            x.state = SectionState::Allocated(what);
+            before
+        });
+        let pfn = self.base(Big::Section(s));
+        if let Some(x) = sec
+            && x.flags & flag::REPORTED != 0
+        {
+            self.reported_pages -= frames;
+            if let (Some(report::Install(hook)), Some(range)) = (
+                self.install,
+                PhysRange::new(pfn, Pfn::new(pfn.get() + frames)),
+            ) {
+                hook.install(range);
+            }
+        }
+        let dirty = sec.map_or(0, |x| dirty::section_frames_dirty(&x));
+        self.dirty_pages -= dirty;
+        self.free_pages -= frames;
+        Got {
+            pfn,
+            dirty: dirty::range_of(pfn, frames - dirty, dirty),
         }
     }
 
