@@ -466,6 +466,7 @@ pub(crate) struct Shared<'m, 'a> {
 }
 
 impl CacheAccess for Shared<'_, '_> {
+    #[inline]
     fn pop(
         &mut self,
         node: NodeId,
@@ -749,10 +750,13 @@ impl<'a> Caches<'a> {
         (c.high != 0 && self.pressure.load(Ordering::Relaxed) == 0).then_some(c)
     }
 
-    /// `true` while caches take no new pageblocks (see `caching`), read with no lock held: a
-    /// hint for skipping a cache that can only hold what the slow paths find as well.
+    /// `true` while caching is turned off (`PcpConfig::OFF`, or any tuning with `high` 0), read
+    /// with no lock held: a hint for skipping a cache that can only hold what the slow paths
+    /// find as well.
+    #[inline]
     pub(crate) fn off(&self) -> bool {
-        self.caching().is_none()
+        // Relaxed: a hint (see above). `high` is the tuning's upper half (`PcpConfig::pack`).
+        self.tuning.load(Ordering::Relaxed) >> 32 == 0
     }
 
     /// Replaces the tuning and gives back every pageblock of every unclaimed cache, and asks
