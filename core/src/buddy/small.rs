@@ -442,18 +442,18 @@ impl FreeArea {
                 // An order-0 block is its own head.
                 x.put(off, true);
             }
-            let old = *h;
             h.free -= 1;
             h.flags &= !flag::REPORTED;
             let key = usize::from(h.free);
             if key > 0 && move_alone(&mut self.buckets[class.index()], r, h, key) {
                 return Some((off, dirty, None));
             }
-            Some((off, dirty, Some((old, *h))))
+            // Its bucket links, still those it had.
+            Some((off, dirty, Some(*h)))
         })??;
-        if let Some((old, now)) = h {
-            self.bucket_remove_as(r, &old);
-            self.settle_as(r, now.class, now.free);
+        if let Some(h) = h {
+            self.bucket_remove_as(r, &h);
+            self.settle_as(r, h.class, h.free);
         }
         self.dirty_pages -= u64::from(dirty);
         self.free_pages -= 1;
