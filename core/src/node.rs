@@ -901,6 +901,18 @@ impl ZonelistHint {
         self.0.load(Ordering::Relaxed) == 0
     }
 
+    /// Records that a walk over the layout of generation `generation` failed at its first
+    /// entry's first zone while keeping the low watermark: a hint with no budget (walks start
+    /// at entry 0, as without one) that is not idle, so walks skip their separate first try
+    /// until one succeeds at entry 0 keeping the low watermark again and clears it.
+    pub(crate) fn first_failed(&self, generation: u32) {
+        let want = u64::from(generation) << 32 | 0xffff << 16;
+        // Relaxed: see the type's comment. Skipping equal stores keeps the line shared.
+        if self.0.load(Ordering::Relaxed) != want {
+            self.0.store(want, Ordering::Relaxed);
+        }
+    }
+
     /// Records that a first pass which started at entry `start` succeeded at entry `at`. A full
     /// walk (`start == 0`) or a hint that moved sets a fresh budget; a hinted walk that
     /// succeeded where the hint said stores nothing, so the budget runs down.

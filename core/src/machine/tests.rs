@@ -310,6 +310,52 @@ fn hint_skips_exhausted_prefix_but_never_fails_a_full_walk() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "walk logic over many allocations: the other machine tests take Miri through its unsafe code"
+)]
+fn a_walk_below_the_low_watermark_skips_its_first_try_until_one_succeeds_above_it() {
+    let spec = Spec::uniform(1, 1 << 16, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let hint = m.node(n(0)).unwrap().hint(Order::ZERO);
+    let mut held = Vec::new();
+    let mut first_marked = None;
+    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+        held.push(p);
+        if !hint.idle() && first_marked.is_none() {
+            first_marked = Some(held.len());
+        }
+    }
+    let marked = first_marked.expect("walks reached the low watermark");
+    assert!(
+        marked < held.len(),
+        "walks below the low watermark go on without the first try ({marked} of {})",
+        held.len()
+    );
+    // Every frame of the node still comes out.
+    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::RESERVE) {
+        held.push(p);
+    }
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), 0);
+    assert!(
+        !hint.idle(),
+        "the walks below the low watermark keep the mark"
+    );
+    for p in held.drain(..) {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    assert!(!hint.idle(), "frees leave the mark alone");
+    let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+    assert!(
+        hint.idle(),
+        "a walk that succeeds first time above the mark clears it"
+    );
+    m.free(p, Order::ZERO).unwrap();
+    m.check_invariants().unwrap();
+}
+
+#[test]
 fn boot_rejects_bad_layouts() {
     let mut spec = Spec::uniform(2, 1024, 0);
     spec.ranges[1].range = PhysRange::new(Pfn::new(1000), spec.ranges[1].range.end()).unwrap();

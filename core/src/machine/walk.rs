@@ -91,6 +91,15 @@ pub(crate) fn marks(flags: AllocFlags) -> &'static [Mark] {
     }
 }
 
+/// `true` for a walk the preferred node's hints serve: a filter, THISNODE or DMA32 changes the
+/// list.
+fn plain(req: &Request<'_>) -> bool {
+    req.filter.is_none()
+        && !req
+            .flags
+            .intersects(AllocFlags::THISNODE | AllocFlags::DMA32)
+}
+
 /// The zones a walk tries on each node, highest first.
 pub(crate) fn zones(flags: AllocFlags) -> &'static [ZoneKind] {
     if flags.contains(AllocFlags::DMA32) {
@@ -239,6 +248,12 @@ impl<'a> Machine<'a> {
             Ok(got) => return Some(got),
             Err(tried) => tried,
         };
+        if tried.is_some() && plain(req) {
+            // Below the low watermark it would fail again: the walk alone tries it from now.
+            self.nodes[req.preferred.index()]
+                .hint(req.order)
+                .first_failed(Layout::generation(seq));
+        }
         let mut visited = NodeMask::EMPTY;
         loop {
             if let Some(got) = self.walk_once(req, seq, &mut take, &mut visited, tried) {
@@ -276,11 +291,9 @@ impl<'a> Machine<'a> {
             .get(0)
             .ok_or(None)?;
         // As in `walk_once`: a hint serves plain walks only, and one in force starts elsewhere.
-        let plain = req.filter.is_none()
-            && !req
-                .flags
-                .intersects(AllocFlags::THISNODE | AllocFlags::DMA32);
-        if !req.allows(node) || plain && !self.nodes[req.preferred.index()].hint(req.order).idle() {
+        if !req.allows(node)
+            || plain(req) && !self.nodes[req.preferred.index()].hint(req.order).idle()
+        {
             return Err(None);
         }
         let zone = zones(req.flags)
@@ -308,12 +321,7 @@ impl<'a> Machine<'a> {
         let list = self
             .layout
             .list(req.preferred, req.flags.contains(AllocFlags::THISNODE));
-        // The hint only serves plain walks: a filter, THISNODE or DMA32 changes the list.
-        let hint = (req.filter.is_none()
-            && !req
-                .flags
-                .intersects(AllocFlags::THISNODE | AllocFlags::DMA32))
-        .then(|| self.nodes[req.preferred.index()].hint(req.order));
+        let hint = plain(req).then(|| self.nodes[req.preferred.index()].hint(req.order));
         let generation = Layout::generation(seq);
         let start = hint.map_or(0, |h| h.begin(generation)).min(list.len());
         for &mark in marks(req.flags) {
