@@ -771,21 +771,7 @@ impl FreeArea {
         let mut y = x;
         f(&mut y);
         if x.free_pbs > 0 {
-            let (set, b) = (Self::sec_set(&x), Self::sec_bucket(x.free_pbs));
-            match SecRef::unpack(x.prev) {
-                None => {
-                    self.sections[set].heads[b] = x.next;
-                    if x.next == NIL {
-                        self.sections[set].nonempty.put(b, false);
-                    }
-                }
-                Some(p) => {
-                    self.meta.update_section(p, |z| z.next = x.next);
-                }
-            }
-            if let Some(n) = SecRef::unpack(x.next) {
-                self.meta.update_section(n, |z| z.prev = x.prev);
-            }
+            self.sec_unlink(&x);
         }
         y.next = NIL;
         y.prev = NIL;
@@ -817,6 +803,16 @@ impl FreeArea {
 
     /// Takes split section `s` (as read in `x`) out of its bucket.
     fn sec_unbucket(&mut self, s: SecRef, x: &Section) {
+        self.sec_unlink(x);
+        self.meta.update_section(s, |y| {
+            y.next = NIL;
+            y.prev = NIL;
+        });
+    }
+
+    /// Points the bucket neighbours of a split section (as read in `x`) past it; its own links
+    /// are the caller's to clear.
+    fn sec_unlink(&mut self, x: &Section) {
         let (set, b) = (Self::sec_set(x), Self::sec_bucket(x.free_pbs));
         match SecRef::unpack(x.prev) {
             None => {
@@ -832,10 +828,6 @@ impl FreeArea {
         if let Some(n) = SecRef::unpack(x.next) {
             self.meta.update_section(n, |y| y.prev = x.prev);
         }
-        self.meta.update_section(s, |y| {
-            y.next = NIL;
-            y.prev = NIL;
-        });
     }
 
     /// Marks `b` a free block of `order` (its head `Free`, the rest `FreeTail`) and puts it at
