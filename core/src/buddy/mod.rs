@@ -1037,47 +1037,35 @@ impl FreeArea {
                 flags
             })
             .unwrap_or(0);
-        let pfn = self.pb_base(r);
-        let whole = PhysRange::new(pfn, Pfn::new(pfn.get() + FRAMES as u64));
-        if flags & flag::REPORTED != 0 {
-            self.reported_pages -= FRAMES as u64;
-            if let (Some(report::Install(hook)), Some(range)) = (self.install, whole) {
-                hook.install(range);
-            }
-        }
-        let dirty = flags & flag::DIRTY != 0;
-        if dirty {
-            self.dirty_pages -= FRAMES as u64;
-        }
-        self.free_pages -= FRAMES as u64;
-        Got {
-            pfn,
-            dirty: whole.filter(|_| dirty),
-        }
+        let dirty = if flags & flag::DIRTY != 0 {
+            FRAMES as u64
+        } else {
+            0
+        };
+        self.taken_whole(self.pb_base(r), order, flags, dirty)
     }
 
     /// [`FreeArea::alloc_pb`] for a whole section `s`, in one access to its entry.
     fn alloc_section(&mut self, s: SecRef, what: Use) -> Got {
-        let frames = 1u64 << MAX_ORDER;
         let sec = self.meta.update_section(s, |x| {
             let before = *x;
             x.flags &= !flag::REPORTED;
             x.state = SectionState::Allocated(what);
             before
         });
-        let pfn = self.base(Big::Section(s));
-        if let Some(x) = sec
-            && x.flags & flag::REPORTED != 0
-        {
+        let (flags, dirty) = sec.map_or((0, 0), |x| (x.flags, dirty::section_frames_dirty(&x)));
+        self.taken_whole(self.base(Big::Section(s)), MAX_ORDER, flags, dirty)
+    }
+
+    /// The counts of the block of `order` at `pfn` that `alloc_pb` or `alloc_section` took,
+    /// whose flags were `flags` and whose last `dirty` frames may be dirty; reported memory
+    /// goes through the install hook.
+    fn taken_whole(&mut self, pfn: Pfn, order: u8, flags: u8, dirty: u64) -> Got {
+        let frames = 1u64 << order;
+        if flags & flag::REPORTED != 0 {
             self.reported_pages -= frames;
-            if let (Some(report::Install(hook)), Some(range)) = (
-                self.install,
-                PhysRange::new(pfn, Pfn::new(pfn.get() + frames)),
-            ) {
-                hook.install(range);
-            }
+            self.install_at(pfn, order);
         }
-        let dirty = sec.map_or(0, |x| dirty::section_frames_dirty(&x));
         self.dirty_pages -= dirty;
         self.free_pages -= frames;
         Got {

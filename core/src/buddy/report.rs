@@ -81,13 +81,18 @@ impl FreeArea {
     /// The free block `b` of `order` leaves the free memory: if it was reported, it loses the
     /// mark and the install hook runs on it.
     pub(super) fn reuse(&mut self, b: Big, order: u8) {
-        if self.unmark(b, order)
-            && let Some(Install(hook)) = self.install
+        if self.unmark(b, order) {
+            self.install_at(self.base(b), order);
+        }
+    }
+
+    /// Runs the install hook, if there is one, on the block of `order` at `base`: reported
+    /// memory about to be used again.
+    pub(super) fn install_at(&self, base: Pfn, order: u8) {
+        if let Some(Install(hook)) = self.install
+            && let Some(range) = PhysRange::new(base, Pfn::new(base.get() + (1 << order)))
         {
-            let base = self.base(b);
-            if let Some(range) = PhysRange::new(base, Pfn::new(base.get() + (1 << order))) {
-                hook.install(range);
-            }
+            hook.install(range);
         }
     }
 

@@ -45,6 +45,20 @@ pub(crate) enum Found {
     Hot { r: PbRef, off: usize },
 }
 
+/// `true` if the walk of [`FreeArea::pick`] would take the pageblock `h` heading `bucket`'s
+/// fullest band-0 bucket `b` for one frame: the bucket is up to date for it, or frees since
+/// left it with more free frames but it is alone in its bucket and no bucket lies between its
+/// old count and its new one (the walk would move it to the head of the bucket of its new
+/// count and find it there first: a pageblock's count is never below its bucket's, so none in
+/// a later bucket is fuller).
+fn serves_single(bucket: &PbBuckets, b: usize, h: &PbHeader) -> bool {
+    let free = usize::from(h.free);
+    free == b
+        || (free > b
+            && h.next == NIL
+            && bucket.nonempty[0].next_set(b + 1).is_none_or(|n| n >= free))
+}
+
 /// Moves split pageblock `r` (its header `h`) from its bucket to the bucket of `key`
 /// (`band * FRAMES + free`, `free` in 1..FRAMES) when that touches no other header: it is alone
 /// in its bucket, and the new bucket is empty or the same. `false`, with nothing changed,
@@ -389,22 +403,13 @@ impl FreeArea {
 
     /// The common cases of [`FreeArea::pick`] for one frame, with one look at the header: the
     /// first pageblock of `class`'s fullest band-0 bucket, out of it, if the general walk would
-    /// take it too; else `None`. The walk takes it if the bucket is up to date for it; or if
-    /// frees since left it with more free frames but it is alone in its bucket and no bucket
-    /// lies between its old count and its new one: the walk would move it to the head of the
-    /// bucket of its new count and find it there first (a pageblock's count is never below
-    /// its bucket's, so none in a later bucket is fuller).
+    /// take it too (`serves_single`); else `None`.
     fn pick_single(&mut self, class: Class) -> Option<PbRef> {
         let bucket = &self.buckets[class.index()];
         let b = bucket.nonempty[0].next_set(1)?;
         let r = PbRef::unpack(bucket.heads[b])?;
         let h = self.meta.pb(r)?;
-        let free = usize::from(h.free);
-        let takes = free == b
-            || (free > b
-                && h.next == NIL
-                && bucket.nonempty[0].next_set(b + 1).is_none_or(|n| n >= free));
-        if !takes || self.band(r) != 0 {
+        if !serves_single(bucket, b, &h) || self.band(r) != 0 {
             return None;
         }
         self.bucket_remove_as(r, &h);
@@ -421,14 +426,11 @@ impl FreeArea {
         let bucket = &self.buckets[class.index()];
         let b = bucket.nonempty[0].next_set(1)?;
         let r = PbRef::unpack(bucket.heads[b])?;
-        let later = bucket.nonempty[0].next_set(b + 1);
         if self.band(r) != 0 {
             return None;
         }
         let (off, dirty, h) = self.meta.with_pb_mut(r, |h, alloc, extra| {
-            let free = usize::from(h.free);
-            let takes = free == b || (free > b && h.next == NIL && later.is_none_or(|n| n >= free));
-            if !takes {
+            if !serves_single(&self.buckets[class.index()], b, h) {
                 return None;
             }
             let alloc = alloc?;
@@ -763,9 +765,9 @@ impl FreeArea {
             // back to a bucket, with one write to its header if it is alone in its bucket and
             // the new one is empty.
             let mut moved = h;
-            let key = self.band(r) * FRAMES + usize::from(h.free);
-            if h.free < FRAMES as u16
-                && !self.isolated(r.span)
+            let edge = h.free < FRAMES as u16 && !self.isolated(r.span);
+            if edge
+                && let key = self.band(r) * FRAMES + usize::from(h.free)
                 && move_alone(&mut self.buckets[h.class.index()], r, &mut moved, key)
             {
                 self.meta.update_pb(r, |x| x.bucket = moved.bucket);
