@@ -904,7 +904,8 @@ impl ZonelistHint {
     /// Records that a walk over the layout of generation `generation` failed at its first
     /// entry's first zone while keeping the low watermark: a hint with no budget (walks start
     /// at entry 0, as without one) that is not idle, so walks skip their separate first try
-    /// until one succeeds at entry 0 keeping the low watermark again and clears it.
+    /// until the first zone with memory of entry 0 serves one again keeping the low watermark
+    /// and clears it.
     pub(crate) fn first_failed(&self, generation: u32) {
         let want = u64::from(generation) << 32 | 0xffff << 16;
         // Relaxed: see the type's comment. Skipping equal stores keeps the line shared.

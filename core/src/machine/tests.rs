@@ -355,6 +355,39 @@ fn a_walk_below_the_low_watermark_skips_its_first_try_until_one_succeeds_above_i
     m.check_invariants().unwrap();
 }
 
+/// A node with both zones: once `Normal` is below its low watermark, `Dma32` serves every
+/// allocation at entry 0, and the mark must stay (a walk that succeeds at entry 0 only after
+/// passing over a zone does not clear it), or every allocation would try `Normal` twice.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "walk logic over many allocations: the other machine tests take Miri through its unsafe code"
+)]
+fn the_mark_stays_while_the_second_zone_of_the_first_node_serves() {
+    // 128 MiB below 4 GiB (Dma32) and 128 MiB above it (Normal).
+    let spec = Spec::uniform(1, 1 << 16, (1 << 20) - (1 << 15));
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let hint = m.node(n(0)).unwrap().hint(Order::ZERO);
+    let mut held = Vec::new();
+    while hint.idle() {
+        held.push(m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap());
+    }
+    for _ in 0..64 {
+        let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        assert!(
+            p.get() < 1 << 20,
+            "Dma32 serves once Normal is below its watermark"
+        );
+        held.push(p);
+        assert!(!hint.idle(), "a walk served by Dma32 keeps the mark");
+    }
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
 #[test]
 fn boot_rejects_bad_layouts() {
     let mut spec = Spec::uniform(2, 1024, 0);

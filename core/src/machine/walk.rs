@@ -336,20 +336,29 @@ impl<'a> Machine<'a> {
                     continue;
                 }
                 visited.insert(node);
+                // A zone of this node with memory that could not serve (or that `tried` names).
+                let mut passed = false;
                 for &kind in zones(req.flags) {
                     let zone = self.nodes[node.index()].zone(kind);
                     // A zone without memory needs no lock to know it cannot serve.
-                    if !zone.has_memory()
-                        || i == 0 && mark == Mark::Low && tried.take_if(|k| *k == kind).is_some()
-                    {
+                    if !zone.has_memory() {
+                        continue;
+                    }
+                    if i == 0 && mark == Mark::Low && tried.take_if(|k| *k == kind).is_some() {
+                        passed = true;
                         continue;
                     }
                     if let Some(pfn) = self.take_growing(zone, || take(node, zone, mark)) {
-                        if let (Some(h), Mark::Low) = (hint, mark) {
+                        // A walk from entry 0 served there by a zone after the first leaves
+                        // the hint as it is: a first try's mark stays while that zone is short.
+                        if let (Some(h), Mark::Low) = (hint, mark)
+                            && !(i == 0 && start == 0 && passed)
+                        {
                             h.record(generation, start, i);
                         }
                         return Some((pfn, node));
                     }
+                    passed = true;
                 }
             }
         }
