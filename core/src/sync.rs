@@ -182,6 +182,10 @@ impl<T> UnsafeCell<T> {
     }
 }
 
+/// The most pauses a waiter for a [`Mutex`] spins between two attempts (one under loom, whose
+/// `spin_loop` is a yield).
+const BACKOFF_MAX: u32 = if cfg!(numaframe_loom) { 1 } else { 1024 };
+
 /// A mutual-exclusion spinlock whose `lock` returns the guard directly.
 ///
 /// Written here on the shim's atomics (as `RwLock` is) so that loom runs this very code, and so
@@ -222,10 +226,35 @@ impl<T> Mutex<T> {
     }
 
     /// Spins until the lock is free and takes it, without a guard.
+    #[inline]
     fn acquire(&self) {
+        // Acquire: pairs with the Release in `release`, so the last holder's writes are
+        // visible to this one.
+        if self
+            .locked
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.acquire_contended();
+        }
+    }
+
+    /// [`Mutex::acquire`] once the lock was found held: waits with a backoff that doubles
+    /// after every failed attempt, up to [`BACKOFF_MAX`] pauses.
+    ///
+    /// A waiter that retries at once pulls the lock's and the guarded data's cache lines to
+    /// its core at every release, so two threads working through one lock hand every line
+    /// back and forth on every operation and get less done together than one alone. Backing
+    /// off lets the holder run several operations on warm lines before the waiter comes in.
+    #[cold]
+    fn acquire_contended(&self) {
+        let mut backoff = 1u32;
         loop {
-            // Acquire: pairs with the Release in `release`, so the last holder's writes are
-            // visible to this one.
+            for _ in 0..backoff {
+                spin_loop();
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            // Acquire: as in `acquire`.
             if self.locked.load(Ordering::Relaxed) == 0
                 && self
                     .locked
@@ -234,7 +263,6 @@ impl<T> Mutex<T> {
             {
                 return;
             }
-            spin_loop();
         }
     }
 
