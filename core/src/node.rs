@@ -113,6 +113,43 @@ impl ZoneInner {
         };
         (self.area.free_pages - self.area.isolated_pages).saturating_sub(keep)
     }
+
+    /// The free frames allocations may take down to their mark, as the lock-free check of
+    /// [`Zone::short_of`] reads them: all of them while a scrub holds part of the zone (an
+    /// allocation then waits for the scrub rather than fail).
+    fn available(&self) -> u64 {
+        if self.area.scrubbing() {
+            return u64::MAX;
+        }
+        self.area.free_pages - self.area.isolated_pages
+    }
+}
+
+/// A zone's lock, held: giving it up publishes the zone's [`ZoneInner::available`].
+struct ZoneGuard<'z> {
+    available: &'z AtomicU64,
+    z: MutexGuard<'z, ZoneInner>,
+}
+
+impl core::ops::Deref for ZoneGuard<'_> {
+    type Target = ZoneInner;
+    fn deref(&self) -> &ZoneInner {
+        &self.z
+    }
+}
+
+impl core::ops::DerefMut for ZoneGuard<'_> {
+    fn deref_mut(&mut self) -> &mut ZoneInner {
+        &mut self.z
+    }
+}
+
+impl Drop for ZoneGuard<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a reader acts on it without the lock only to fail, which a zone that was
+        // short a moment ago may; the lock orders everything else.
+        self.available.store(self.z.available(), Ordering::Relaxed);
+    }
 }
 
 /// A failed allocation from a zone: no memory above the watermark, or no metadata for the split
@@ -148,6 +185,11 @@ pub struct Zone {
     managed: AtomicU64,
     /// Allocations waiting for a scrub of this zone to give its unit back.
     scrub_waiters: AtomicU32,
+    /// [`ZoneInner::available`] when the zone's lock was last given up, and the low and min
+    /// watermarks in force: an allocation that finds no frame above its mark there fails
+    /// without the lock, as Linux's walk checks watermarks without the zone lock.
+    available: AtomicU64,
+    keep: [AtomicU64; 2],
     inner: Mutex<ZoneInner>,
 }
 
@@ -157,6 +199,8 @@ impl Zone {
             kind,
             managed: AtomicU64::new(0),
             scrub_waiters: AtomicU32::new(0),
+            available: AtomicU64::new(u64::MAX),
+            keep: [AtomicU64::new(0), AtomicU64::new(0)],
             inner: Mutex::new(ZoneInner {
                 area: FreeArea::new(),
                 marks: Watermarks::default(),
@@ -177,22 +221,46 @@ impl Zone {
         self.managed.load(Ordering::Relaxed) > 0
     }
 
+    /// The zone's lock.
+    #[inline]
+    fn lock(&self) -> ZoneGuard<'_> {
+        ZoneGuard {
+            available: &self.available,
+            z: self.inner.lock(),
+        }
+    }
+
+    /// `true` if the zone had no frame above `mark` when its lock was last given up: an
+    /// allocation that keeps `mark` fails without taking the lock.
+    #[inline]
+    fn short_of(&self, mark: Mark) -> bool {
+        // Relaxed: see `ZoneGuard::drop`. A free that happens before this call (through the
+        // caller's own synchronisation) published its count before its unlock, so it is seen;
+        // the marks are published under the lock before any allocation can keep them.
+        let keep = match mark {
+            Mark::Low => self.keep[0].load(Ordering::Relaxed),
+            Mark::Min => self.keep[1].load(Ordering::Relaxed),
+            Mark::Reserve => 0,
+        };
+        self.available.load(Ordering::Relaxed) <= keep
+    }
+
     /// Merges the zone's spare pageblocks (wholly free, kept split for the next small
     /// allocation) back into the buddy.
     pub(crate) fn release_spares(&self) {
-        self.inner.lock().area.release_spares();
+        self.lock().area.release_spares();
     }
 
     /// `true` if `range` can join this zone.
     pub(crate) fn can_add(&self, range: PhysRange) -> bool {
-        self.inner.lock().area.can_add(range)
+        self.lock().area.can_add(range)
     }
 
     /// Adds a span and frees all its frames, dirty unless `zeroed` (then filled with the
     /// `poison` pattern through `poison`); the caller checked [`Zone::can_add`].
     pub(crate) fn add_span(&self, span: SpanMeta, seed: Seed, zeroed: bool, poison: Poison<'_>) {
         let frames = span.range.frames();
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         // The seed covers the edge pageblocks a span has, so this cannot run short.
         let _ = z.area.add_span(span, seed, zeroed);
         if !zeroed {
@@ -206,20 +274,23 @@ impl Zone {
 
     /// Sets the watermarks from the machine's `min_free_kbytes` share.
     pub(crate) fn set_watermarks(&self, min_free_pages: u64, total_managed: u64) {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         z.marks = watermarks(min_free_pages, z.area.managed_pages, total_managed);
+        // Relaxed: read only by `short_of`, which may act on old marks for a moment.
+        self.keep[0].store(z.marks.low, Ordering::Relaxed);
+        self.keep[1].store(z.marks.min, Ordering::Relaxed);
     }
 
     /// Waits, with the lock dropped, until no scrub holds a unit of the zone, and returns the
     /// lock: the caller tries again before anyone else can start a scrub.
-    fn wait_for_scrub<'g>(&'g self, z: MutexGuard<'g, ZoneInner>) -> MutexGuard<'g, ZoneInner> {
+    fn wait_for_scrub<'g>(&'g self, z: ZoneGuard<'g>) -> ZoneGuard<'g> {
         // Relaxed: the scrub polls the count between pageblocks; seeing it late only makes the
         // wait longer, and the count goes down under the lock the retry holds.
         self.scrub_waiters.fetch_add(1, Ordering::Relaxed);
         drop(z);
         loop {
             crate::sync::spin_loop();
-            let z = self.inner.lock();
+            let z = self.lock();
             if !z.area.scrubbing() {
                 self.scrub_waiters.fetch_sub(1, Ordering::Relaxed);
                 return z;
@@ -234,7 +305,7 @@ impl Zone {
         &self,
         mut take: impl FnMut(&mut ZoneInner) -> Result<T, Refused>,
     ) -> Result<T, Refused> {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         match take(&mut z) {
             Err(Refused::Empty) if z.area.scrubbing() => {
                 let mut z = self.wait_for_scrub(z);
@@ -255,6 +326,9 @@ impl Zone {
         zero: bool,
         events: Option<OwnEvents>,
     ) -> Result<Got, Refused> {
+        if self.short_of(mark) {
+            return Err(Refused::Empty);
+        }
         self.take_or_wait(|z| {
             if z.headroom(mark) < order.frames() {
                 return Err(Refused::Empty);
@@ -273,7 +347,7 @@ impl Zone {
 
     /// The zone's own share of its node's numastat (all but `numa_foreign`).
     pub(crate) fn events(&self) -> OwnCounts {
-        self.inner.lock().events
+        self.lock().events
     }
 
     /// Clears up to `budget` dirty free frames of the zone (at least one pageblock's worth if
@@ -290,7 +364,7 @@ impl Zone {
         // Relaxed: see `wait_for_scrub`.
         let waiting = || self.scrub_waiters.load(Ordering::Relaxed) > 0;
         let work = {
-            let mut z = self.inner.lock();
+            let mut z = self.lock();
             if waiting() {
                 return None;
             }
@@ -313,7 +387,7 @@ impl Zone {
             cleared += unit;
             i = b + 1;
         }
-        self.inner.lock().area.scrub_put(done);
+        self.lock().area.scrub_put(done);
         Some(cleared)
     }
 
@@ -328,7 +402,10 @@ impl Zone {
         zero: bool,
         events: OwnEvents,
     ) -> (usize, usize, Option<Refused>) {
-        let mut z = self.inner.lock();
+        if self.short_of(mark) {
+            return (0, 0, None);
+        }
+        let mut z = self.lock();
         let n = (z.headroom(mark).min(out.len() as u64)) as usize;
         let (got, dirty, why) = z.area.alloc_bulk(&mut out[..n], class, zero);
         z.events.record(events, got as u64);
@@ -357,7 +434,7 @@ impl Zone {
         dirty: bool,
         poison: Poison<'_>,
     ) -> Result<(), FreeError> {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         match z.area.free(pfn, order, dirty)? {
             Found::Hot { r, off } => {
                 let (cpu, slot) = z.area.holder(r).ok_or(FreeError::NotAllocated { pfn })?;
@@ -388,6 +465,9 @@ impl Zone {
         zero: bool,
         take: impl FnOnce(&Lent),
     ) -> Result<Option<Got>, Refused> {
+        if self.short_of(mark) {
+            return Err(Refused::Empty);
+        }
         let mut take = Some(take);
         self.take_or_wait(|z| {
             if z.headroom(mark) == 0 {
@@ -412,77 +492,77 @@ impl Zone {
     /// Takes back a pageblock a CPU held, with the planes `build` makes from its state array
     /// under the zone's lock.
     pub(crate) fn take_back(&self, r: PbRef, build: impl FnOnce() -> (Plane, Plane, bool)) {
-        self.inner.lock().area.take_back(r, build);
+        self.lock().area.take_back(r, build);
     }
 
     /// Frames for a new slab of the zone's metadata pool (taken with the pool's reserve).
     pub(crate) fn alloc_slab(&self, what: Short) -> Result<Option<Pfn>, Refused> {
-        Ok(self.inner.lock().area.alloc_slab(what)?)
+        Ok(self.lock().area.alloc_slab(what)?)
     }
 
     /// Gives back a slab from [`Zone::alloc_slab`] the platform could not map.
     pub(crate) fn unalloc_slab(&self, what: Short, pfn: Pfn) {
-        self.inner.lock().area.unalloc_slab(what, pfn);
+        self.lock().area.unalloc_slab(what, pfn);
     }
 
     /// Takes a free section to host its own array (the last resort of pool growth).
     pub(crate) fn section_for_array(&self) -> Hosting {
-        self.inner.lock().area.section_for_array()
+        self.lock().area.section_for_array()
     }
 
     /// Ends a growth that added nothing (see [`Zone::section_for_array`]).
     pub(crate) fn end_growth(&self) {
-        self.inner.lock().area.end_growth();
+        self.lock().area.end_growth();
     }
 
     /// Splits the section taken by [`Zone::section_for_array`] with its own first frames,
     /// mapped as `slab`, as its array.
     pub(crate) fn host_section(&self, base: Pfn, slab: Mapped) {
-        self.inner.lock().area.host_section(base, slab);
+        self.lock().area.host_section(base, slab);
     }
 
     /// Adds a mapped slab to the zone's metadata pool.
     pub(crate) fn add_slab(&self, what: Short, slab: Mapped) {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         z.area.meta.pool.add_slab(what, slab);
         z.area.growing = false;
     }
 
     /// `true` if the zone's pool is at or below its reserve of `what`.
     pub(crate) fn pool_low(&self, what: Short) -> bool {
-        self.inner.lock().area.meta.pool.low(what)
+        self.lock().area.meta.pool.low(what)
     }
 
     /// Bytes of the zone's metadata: its spans' regions (section tables, edge arrays, the
     /// pool's seeds) and the frames its pool took for pageblock arrays and planes.
     pub fn metadata_bytes(&self) -> u64 {
-        self.inner.lock().area.metadata_bytes()
+        self.lock().area.metadata_bytes()
     }
 
     /// See [`FreeArea::retire_metadata`].
     pub(crate) fn retire_metadata(&self, out: &mut [Option<(PhysRange, NonNull<u8>)>]) -> usize {
-        self.inner.lock().area.retire_metadata(out)
+        self.lock().area.retire_metadata(out)
     }
 
     /// See [`FreeArea::release_metadata`].
     pub(crate) fn release_metadata(&self, slabs: impl IntoIterator<Item = PhysRange>) {
-        self.inner.lock().area.release_metadata(slabs);
+        self.lock().area.release_metadata(slabs);
     }
 
     /// See [`FreeArea::slab_to_empty`].
     pub(crate) fn slab_to_empty(&self) -> Option<(Short, Pfn)> {
-        self.inner.lock().area.slab_to_empty()
+        self.lock().area.slab_to_empty()
     }
 
     /// See [`FreeArea::add_slab_to_empty`].
     pub(crate) fn add_slab_to_empty(&self, what: Short, slab: Mapped) {
-        self.inner.lock().area.add_slab_to_empty(what, slab);
+        self.lock().area.add_slab_to_empty(what, slab);
     }
 
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping
     /// the min watermark, under one lock. Returns how many it moved, and why it stopped.
     pub(crate) fn pool_grow(&self, order: Order, count: u64) -> (u64, Option<Refused>) {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         let mut n = 0;
         while n < count {
             if z.headroom(Mark::Min) < order.frames() {
@@ -499,7 +579,7 @@ impl Zone {
 
     /// Gives up to `count` free pool pages of `order` back to the buddy; returns how many.
     pub(crate) fn pool_shrink(&self, order: Order, count: u64) -> u64 {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         let mut n = 0;
         while n < count && z.area.pool_shrink(order) {
             n += 1;
@@ -509,7 +589,7 @@ impl Zone {
 
     /// A free page from the pool of `order`, with the part of it that may be dirty.
     pub(crate) fn pool_take(&self, order: Order, events: OwnEvents) -> Option<Got> {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         let got = z.area.pool_take(order)?;
         z.events.record(events, 1);
         Some(got)
@@ -523,7 +603,7 @@ impl Zone {
         order: Order,
         poison: Poison<'_>,
     ) -> Result<(), FreeError> {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         z.area.pool_put(pfn, order)?;
         // As in `free`: found handed out, and nobody can take it before the lock drops.
         poison.fill(pfn, order.frames());
@@ -535,20 +615,20 @@ impl Zone {
     /// lent to CPUs are not the zone's to fill.
     #[cfg(feature = "poison")]
     pub(crate) fn poison_dirty(&self, poison: Poison<'_>) {
-        let z = self.inner.lock();
+        let z = self.lock();
         z.area
             .for_each_dirty_free(|r| poison.fill(r.start(), r.frames()));
     }
 
     /// The page counts of this zone's pool of `order` (zero for an order without a pool).
     pub fn pool_counts(&self, order: Order) -> HugeCounts {
-        let (total, free) = self.inner.lock().area.pool_counts(order);
+        let (total, free) = self.lock().area.pool_counts(order);
         HugeCounts { total, free }
     }
 
     /// Free pages, managed pages and watermarks.
     pub fn counters(&self) -> ZoneCounters {
-        let z = self.inner.lock();
+        let z = self.lock();
         ZoneCounters {
             free: z.area.free_pages,
             managed: z.area.managed_pages,
@@ -567,32 +647,32 @@ impl Zone {
         from: u32,
         out: &mut [PhysRange],
     ) -> (usize, u32) {
-        let mut z = self.inner.lock();
+        let mut z = self.lock();
         let keep = z.marks.min;
         z.area.report_take(order.get(), keep, from, out)
     }
 
     /// Puts back blocks from [`Zone::report_take`], marked reported if the host took them.
     pub(crate) fn report_put(&self, blocks: &[PhysRange], reported: bool) {
-        self.inner.lock().area.report_put(blocks, reported);
+        self.lock().area.report_put(blocks, reported);
     }
 
     /// Sets the hook that runs before reported memory of the zone is used again.
     pub(crate) fn set_install(&self, hook: Option<&'static dyn crate::platform::InstallHook>) {
-        self.inner.lock().area.set_install(hook);
+        self.lock().area.set_install(hook);
     }
 
     /// Free blocks per order (a `/proc/buddyinfo` row). Below 2 MiB the free frames of each
     /// split pageblock count as the maximal aligned blocks they form.
     pub fn buddyinfo(&self) -> [u64; NR_ORDERS] {
-        self.inner.lock().area.buddyinfo()
+        self.lock().area.buddyinfo()
     }
 
     /// Linux's `unusable_free_index(order)`: the share of free memory that lies outside free
     /// aligned blocks of `order`, as the free pages and those outside such blocks. `1 - `
     /// this is the huge-block availability `HBA_order`.
     pub fn unusable_index(&self, order: Order) -> UnusableIndex {
-        let z = self.inner.lock();
+        let z = self.lock();
         let free = z.area.free_pages;
         UnusableIndex {
             free_pages: free,
@@ -602,26 +682,26 @@ impl Zone {
 
     /// Pageblock counts by state and class (`/proc/pagetypeinfo`).
     pub fn pageblocks(&self) -> PageblockCounts {
-        self.inner.lock().area.pageblock_counts()
+        self.lock().area.pageblock_counts()
     }
 
     /// Calls `f` for every pageblock of the zone (an occupancy map), under the zone's lock.
     pub fn for_each_pageblock(&self, f: impl FnMut(PageblockInfo)) {
-        self.inner.lock().area.for_each_pageblock(f);
+        self.lock().area.for_each_pageblock(f);
     }
 
     fn can_serve(&self, order: Order) -> bool {
-        self.inner.lock().headroom(Mark::Min) >= order.frames()
+        self.lock().headroom(Mark::Min) >= order.frames()
     }
 
     fn check(&self, node: NodeId) -> Result<(), InvariantError> {
-        self.inner.lock().area.check(node)
+        self.lock().area.check(node)
     }
 
     /// Runs `f` on the zone's free area under its lock: the steps of memory offlining (see
     /// `buddy::offline`), and tests that break it on purpose.
     pub(crate) fn with_area<R>(&self, f: impl FnOnce(&mut FreeArea) -> R) -> R {
-        f(&mut self.inner.lock().area)
+        f(&mut self.lock().area)
     }
 
     /// The zone manages `frames` frames fewer: a span of it went offline.
@@ -640,6 +720,15 @@ impl LockFamily for ZoneFamily<'_> {
     fn mutex(&self, i: usize) -> Option<&Mutex<ZoneInner>> {
         let kind = *ZoneKind::ALL.get(i % 2)?;
         Some(&self.0.get(i / 2)?.zone(kind).inner)
+    }
+    fn unlocking(&self, i: usize, inner: &ZoneInner) {
+        if let Some(zone) = ZoneKind::ALL
+            .get(i % 2)
+            .and_then(|&kind| Some(self.0.get(i / 2)?.zone(kind)))
+        {
+            // Relaxed: as in `ZoneGuard::drop`.
+            zone.available.store(inner.available(), Ordering::Relaxed);
+        }
     }
 }
 

@@ -324,6 +324,9 @@ pub(crate) trait LockFamily {
     type Inner;
     /// The mutex with index `i`, if there is one.
     fn mutex(&self, i: usize) -> Option<&Mutex<Self::Inner>>;
+    /// Runs as a [`MultiLock`] gives up mutex `i`'s lock, with its value: what the family's
+    /// own guard does on drop.
+    fn unlocking(&self, i: usize, inner: &Self::Inner);
 }
 
 /// Most mutexes one [`MultiLock`] can hold (two zones for each of 1024 nodes).
@@ -395,6 +398,9 @@ impl<F: LockFamily> Drop for MultiLock<'_, F> {
                 let i = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 if let Some(m) = self.family.mutex(i) {
+                    // SAFETY: this holds `i`'s lock until the release below, and `&mut self`
+                    // leaves no other reference derived from it.
+                    self.family.unlocking(i, m.value.with(|p| unsafe { &*p }));
                     m.release();
                 }
             }

@@ -82,6 +82,31 @@ for_many_machines!(misuse_is_typed_and_changes_nothing, |m| {
     m.check_invariants().unwrap();
 });
 
+for_many_machines!(
+    a_zone_short_of_its_marks_serves_again_after_a_bulk_free,
+    |m| {
+        // Exhausted down to its watermark, node 0's zones say so without their lock; a bulk free
+        // (which holds the zone locks another way) must take that back.
+        let mut got = Vec::new();
+        while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::THISNODE) {
+            got.push(p);
+        }
+        assert!(!got.is_empty());
+        m.free_bulk(&got).unwrap();
+        let mut again = Vec::new();
+        while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::THISNODE) {
+            again.push(p);
+        }
+        assert_eq!(
+            again.len(),
+            got.len(),
+            "every frame the bulk freed serves again"
+        );
+        m.free_bulk(&again).unwrap();
+        m.check_invariants().unwrap();
+    }
+);
+
 for_many_machines!(bulk_round_trip, |m| {
     let before = snapshot(&m);
     let mut out = [Pfn::new(0); 300];
