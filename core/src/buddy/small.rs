@@ -85,6 +85,64 @@ fn free_run(alloc: &Plane, extra: Option<&Plane>, order: u8, zero: bool) -> Opti
     clean.or_else(|| alloc.find_clear_run(order))
 }
 
+/// A split pageblock's header after a free in it, whether it was full before, and how many
+/// dirty free frames the free added (`split_dirty` after it less before it).
+struct Freed {
+    h: PbHeader,
+    was_full: bool,
+    dirtied: u64,
+}
+
+/// `true` if a free (`dirty` or not) into pageblock `h`, with its extra plane `extra`, must
+/// first give it an extra plane: a dirty free into a clean pageblock without one (see
+/// `keep_clean_apart`).
+fn wants_extra(h: &PbHeader, extra: Option<&Plane>, dirty: bool) -> bool {
+    dirty && h.flags & flag::DIRTY == 0 && extra.is_none()
+}
+
+/// Frees the allocated block of `order` at offset `off` of a split pageblock (its header `h`
+/// and planes), dirty or not. With an extra plane, the block's frames were allocated, so they
+/// add to the dirty free frames exactly when they are freed dirty; without one, the header
+/// counts all free frames as dirty or none.
+///
+/// Inlined: its result, returned through memory by an out-of-line call and then copied out of
+/// the `Option`s around it, cost three store-forwarding stalls per free (perf).
+#[inline(always)]
+fn free_in(
+    h: &mut PbHeader,
+    alloc: Option<&mut Plane>,
+    mut extra: Option<&mut Plane>,
+    off: usize,
+    order: u8,
+    dirty: bool,
+) -> Freed {
+    let len = 1usize << order;
+    let was_full = h.free == 0;
+    let before = split_dirty(h, None, None);
+    if let Some(a) = alloc {
+        a.fill(off, len, false);
+    }
+    if let Some(x) = extra.as_deref_mut() {
+        x.fill(off, len, dirty);
+    }
+    h.free += len as u16;
+    h.multi -= u16::from(order > 0);
+    if dirty {
+        h.flags |= flag::DIRTY;
+    }
+    let dirtied = if extra.is_some() {
+        if dirty { len as u64 } else { 0 }
+    } else {
+        // The flag only turns on and the count only grows.
+        split_dirty(h, None, None) - before
+    };
+    Freed {
+        h: *h,
+        was_full,
+        dirtied,
+    }
+}
+
 impl FreeArea {
     /// Puts split pageblock `r` of `class` into the bucket for its section's band and its
     /// `free` frames.
@@ -713,30 +771,13 @@ impl FreeArea {
     /// [`FreeArea::find`]); its frames become free, and dirty unless the caller cleared them.
     /// Without an extra plane, clean frames freed into a dirty pageblock count as dirty.
     pub(crate) fn free_small(&mut self, r: PbRef, off: usize, order: u8, dirty: bool) {
-        let len = 1usize << order;
-        let free =
-            |h: &mut PbHeader, mut alloc: Option<&mut Plane>, mut extra: Option<&mut Plane>| {
-                let was_full = h.free == 0;
-                let before = split_dirty(h, alloc.as_deref(), extra.as_deref());
-                if let Some(a) = alloc.as_deref_mut() {
-                    a.fill(off, len, false);
-                }
-                if let Some(x) = extra.as_deref_mut() {
-                    x.fill(off, len, dirty);
-                }
-                h.free += len as u16;
-                h.multi -= u16::from(order > 0);
-                if dirty {
-                    h.flags |= flag::DIRTY;
-                }
-                let after = split_dirty(h, alloc.as_deref(), extra.as_deref());
-                (*h, was_full, before, after)
-            };
+        let free = |h: &mut PbHeader, alloc: Option<&mut Plane>, extra: Option<&mut Plane>| {
+            free_in(h, alloc, extra, off, order, dirty)
+        };
         // A dirty free into a clean pageblock without an extra plane first gives it one (see
         // `keep_clean_apart`); otherwise one lookup does it all.
         let first = self.meta.with_pb_mut(r, |h, alloc, extra| {
-            let wants_extra = dirty && h.flags & flag::DIRTY == 0 && extra.is_none();
-            (!wants_extra).then(|| free(h, alloc, extra))
+            (!wants_extra(h, extra.as_deref(), dirty)).then(|| free(h, alloc, extra))
         });
         let done = match first {
             Some(Some(done)) => Some(done),
@@ -746,10 +787,47 @@ impl FreeArea {
             }
             None => None,
         };
-        let Some((h, was_full, before, after)) = done else {
-            return;
-        };
-        self.dirty_pages = (self.dirty_pages + after).saturating_sub(before);
+        if let Some(freed) = done {
+            self.settle_freed(r, 1 << order, freed);
+        }
+    }
+
+    /// [`FreeArea::free`] of order-0 frame `pfn` in one lookup of its pageblock, when it is a
+    /// lone allocated frame of a split pageblock that needs no extra plane for the free: the
+    /// checks [`FreeArea::find`] makes there and the change of [`FreeArea::free_small`].
+    /// `None`, with nothing changed, in every other case (the general path then answers,
+    /// errors included).
+    fn free_single(&mut self, pfn: Pfn, dirty: bool) -> Option<Found> {
+        let r = self.pb_ref(pfn)?;
+        let off = (pfn.get() - self.pb_base(r).get()) as usize;
+        if self.scrub_holds(r, off) {
+            return None;
+        }
+        let freed = self.meta.with_pb_mut(r, |h, alloc, extra| {
+            let a = alloc.as_deref()?;
+            // As `find_small` sees an allocated block of order 0: the frame is allocated and,
+            // with an extra plane, a head whose block ends right after it.
+            let lone =
+                |x: &Plane| x.get(off) && (off + 1 >= FRAMES || !a.get(off + 1) || x.get(off + 1));
+            let ok = h.state == PbState::Split
+                && a.get(off)
+                && extra.as_deref().is_none_or(lone)
+                && !wants_extra(h, extra.as_deref(), dirty);
+            ok.then(|| free_in(h, alloc, extra, off, 0, dirty))
+        })??;
+        self.settle_freed(r, 1, freed);
+        Some(Found::Small { r, off, order: 0 })
+    }
+
+    /// The counts and the place in the buckets of split pageblock `r` after `len` of its frames
+    /// were freed (`freed`, from [`free_in`]).
+    fn settle_freed(&mut self, r: PbRef, len: usize, freed: Freed) {
+        let Freed {
+            h,
+            was_full,
+            dirtied,
+        } = freed;
+        self.dirty_pages += dirtied;
         self.free_pages += len as u64;
         self.iso_more(r.span, len as u64);
         if self.scrub_holds_pb(r) {
@@ -902,6 +980,11 @@ impl FreeArea {
     /// Checks and frees the block of `order` at `pfn` (allocated normally, not from a pool and
     /// not lent to a CPU), dirty or clean; on error nothing changes.
     pub(crate) fn free(&mut self, pfn: Pfn, order: Order, dirty: bool) -> Result<Found, FreeError> {
+        if order == Order::ZERO
+            && let Some(found) = self.free_single(pfn, dirty)
+        {
+            return Ok(found);
+        }
         let found = self.find(pfn, order)?;
         match found {
             Found::Small { r, off, order: o } if o == order.get() => {
