@@ -301,6 +301,7 @@ impl Zone {
 
     /// Runs `take` under the lock; if it finds nothing while a scrub holds a unit of the zone,
     /// waits for the unit and runs it once more.
+    #[inline(always)]
     fn take_or_wait<T>(
         &self,
         mut take: impl FnMut(&mut ZoneInner) -> Result<T, Refused>,
@@ -318,6 +319,7 @@ impl Zone {
     /// One block of `order` for `class` if the zone stays above `mark` afterwards, with the
     /// part of it that may be dirty; `zero` prefers clean frames. A success counts `events`
     /// once in the zone's numastat (`None`: the caller counts it, in a per-CPU cache).
+    #[inline(always)]
     pub(crate) fn alloc(
         &self,
         order: Order,
