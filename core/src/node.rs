@@ -114,20 +114,22 @@ impl ZoneInner {
         (self.area.free_pages - self.area.isolated_pages).saturating_sub(keep)
     }
 
-    /// The free frames allocations may take down to their mark, as the lock-free check of
-    /// [`Zone::short_of`] reads them: all of them while a scrub holds part of the zone (an
-    /// allocation then waits for the scrub rather than fail).
-    fn available(&self) -> u64 {
+    /// The headroom above the low watermark (low half) and above min (high half), each at
+    /// most `u32::MAX`, as the lock-free check of [`Zone::short_of`] reads them: all ones
+    /// while a scrub holds part of the zone (an allocation then waits for the scrub rather
+    /// than fail).
+    fn published(&self) -> u64 {
         if self.area.scrubbing() {
             return u64::MAX;
         }
-        self.area.free_pages - self.area.isolated_pages
+        let half = |mark| self.headroom(mark).min(u64::from(u32::MAX));
+        half(Mark::Low) | half(Mark::Min) << 32
     }
 }
 
-/// A zone's lock, held: giving it up publishes the zone's [`ZoneInner::available`].
+/// A zone's lock, held: giving it up publishes the zone's [`ZoneInner::published`].
 struct ZoneGuard<'z> {
-    available: &'z AtomicU64,
+    headroom: &'z AtomicU64,
     z: MutexGuard<'z, ZoneInner>,
 }
 
@@ -148,7 +150,7 @@ impl Drop for ZoneGuard<'_> {
     fn drop(&mut self) {
         // Relaxed: a reader acts on it without the lock only to fail, which a zone that was
         // short a moment ago may; the lock orders everything else.
-        self.available.store(self.z.available(), Ordering::Relaxed);
+        self.headroom.store(self.z.published(), Ordering::Relaxed);
     }
 }
 
@@ -185,11 +187,10 @@ pub struct Zone {
     managed: AtomicU64,
     /// Allocations waiting for a scrub of this zone to give its unit back.
     scrub_waiters: AtomicU32,
-    /// [`ZoneInner::available`] when the zone's lock was last given up, and the low and min
-    /// watermarks in force: an allocation that finds no frame above its mark there fails
-    /// without the lock, as Linux's walk checks watermarks without the zone lock.
-    available: AtomicU64,
-    keep: [AtomicU64; 2],
+    /// [`ZoneInner::published`] when the zone's lock was last given up: an allocation that
+    /// finds no frame above its watermark there fails without the lock, as Linux's walk
+    /// checks watermarks without the zone lock. One word, so the check is one load.
+    headroom: AtomicU64,
     inner: Mutex<ZoneInner>,
 }
 
@@ -199,8 +200,7 @@ impl Zone {
             kind,
             managed: AtomicU64::new(0),
             scrub_waiters: AtomicU32::new(0),
-            available: AtomicU64::new(u64::MAX),
-            keep: [AtomicU64::new(0), AtomicU64::new(0)],
+            headroom: AtomicU64::new(u64::MAX),
             inner: Mutex::new(ZoneInner {
                 area: FreeArea::new(),
                 marks: Watermarks::default(),
@@ -225,7 +225,7 @@ impl Zone {
     #[inline]
     fn lock(&self) -> ZoneGuard<'_> {
         ZoneGuard {
-            available: &self.available,
+            headroom: &self.headroom,
             z: self.inner.lock(),
         }
     }
@@ -234,15 +234,16 @@ impl Zone {
     /// allocation that keeps `mark` fails without taking the lock.
     #[inline]
     fn short_of(&self, mark: Mark) -> bool {
-        // Relaxed: see `ZoneGuard::drop`. A free that happens before this call (through the
-        // caller's own synchronisation) published its count before its unlock, so it is seen;
-        // the marks are published under the lock before any allocation can keep them.
-        let keep = match mark {
-            Mark::Low => self.keep[0].load(Ordering::Relaxed),
-            Mark::Min => self.keep[1].load(Ordering::Relaxed),
-            Mark::Reserve => 0,
-        };
-        self.available.load(Ordering::Relaxed) <= keep
+        // Relaxed: see `ZoneGuard::drop`. A free (or a change of the watermarks) that happens
+        // before this call, through the caller's own synchronisation, published its headroom
+        // before its unlock, so it is seen.
+        let h = self.headroom.load(Ordering::Relaxed);
+        match mark {
+            Mark::Low => h & u64::from(u32::MAX) == 0,
+            Mark::Min => h >> 32 == 0,
+            // The rare allocation below min always asks under the lock.
+            Mark::Reserve => false,
+        }
     }
 
     /// Merges the zone's spare pageblocks (wholly free, kept split for the next small
@@ -276,9 +277,6 @@ impl Zone {
     pub(crate) fn set_watermarks(&self, min_free_pages: u64, total_managed: u64) {
         let mut z = self.lock();
         z.marks = watermarks(min_free_pages, z.area.managed_pages, total_managed);
-        // Relaxed: read only by `short_of`, which may act on old marks for a moment.
-        self.keep[0].store(z.marks.low, Ordering::Relaxed);
-        self.keep[1].store(z.marks.min, Ordering::Relaxed);
     }
 
     /// Waits, with the lock dropped, until no scrub holds a unit of the zone, and returns the
@@ -729,7 +727,7 @@ impl LockFamily for ZoneFamily<'_> {
             .and_then(|&kind| Some(self.0.get(i / 2)?.zone(kind)))
         {
             // Relaxed: as in `ZoneGuard::drop`.
-            zone.available.store(inner.available(), Ordering::Relaxed);
+            zone.headroom.store(inner.published(), Ordering::Relaxed);
         }
     }
 }
