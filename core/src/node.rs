@@ -715,17 +715,21 @@ impl Zone {
 #[derive(Debug)]
 pub(crate) struct ZoneFamily<'m>(pub(crate) Nodes<'m>);
 
+impl ZoneFamily<'_> {
+    /// Zone `i` (`2 · node + kind`).
+    fn zone(&self, i: usize) -> Option<&Zone> {
+        let kind = *ZoneKind::ALL.get(i % 2)?;
+        Some(self.0.get(i / 2)?.zone(kind))
+    }
+}
+
 impl LockFamily for ZoneFamily<'_> {
     type Inner = ZoneInner;
     fn mutex(&self, i: usize) -> Option<&Mutex<ZoneInner>> {
-        let kind = *ZoneKind::ALL.get(i % 2)?;
-        Some(&self.0.get(i / 2)?.zone(kind).inner)
+        Some(&self.zone(i)?.inner)
     }
     fn unlocking(&self, i: usize, inner: &ZoneInner) {
-        if let Some(zone) = ZoneKind::ALL
-            .get(i % 2)
-            .and_then(|&kind| Some(self.0.get(i / 2)?.zone(kind)))
-        {
+        if let Some(zone) = self.zone(i) {
             // Relaxed: as in `ZoneGuard::drop`.
             zone.headroom.store(inner.published(), Ordering::Relaxed);
         }

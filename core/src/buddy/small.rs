@@ -93,6 +93,24 @@ struct Freed {
     dirtied: u64,
 }
 
+/// The order of the block allocated at offset `off` of a split pageblock with planes `alloc`
+/// and `extra`, given that `alloc` marks that frame allocated; `None` if the frame heads no
+/// block (it lies inside one). Without an extra plane every allocated frame is an order-0
+/// head; with one, the block runs to the next head or free frame.
+fn allocated_order(alloc: &Plane, extra: Option<&Plane>, off: usize) -> Option<u8> {
+    let Some(x) = extra else {
+        return Some(0);
+    };
+    if !x.get(off) {
+        return None;
+    }
+    let mut len = 1usize;
+    while off + len < FRAMES && alloc.get(off + len) && !x.get(off + len) {
+        len += 1;
+    }
+    Some(len.trailing_zeros() as u8)
+}
+
 /// `true` if a free (`dirty` or not) into pageblock `h`, with its extra plane `extra`, must
 /// first give it an extra plane: a dirty free into a clean pageblock without one (see
 /// `keep_clean_apart`).
@@ -111,18 +129,19 @@ fn wants_extra(h: &PbHeader, extra: Option<&Plane>, dirty: bool) -> bool {
 fn free_in(
     h: &mut PbHeader,
     alloc: Option<&mut Plane>,
-    mut extra: Option<&mut Plane>,
+    extra: Option<&mut Plane>,
     off: usize,
     order: u8,
     dirty: bool,
 ) -> Freed {
     let len = 1usize << order;
     let was_full = h.free == 0;
-    let before = split_dirty(h, None, None);
+    // Only the header counts them without an extra plane.
+    let before = extra.is_none().then(|| split_dirty(h, None, None));
     if let Some(a) = alloc {
         a.fill(off, len, false);
     }
-    if let Some(x) = extra.as_deref_mut() {
+    if let Some(x) = extra {
         x.fill(off, len, dirty);
     }
     h.free += len as u16;
@@ -130,11 +149,11 @@ fn free_in(
     if dirty {
         h.flags |= flag::DIRTY;
     }
-    let dirtied = if extra.is_some() {
-        if dirty { len as u64 } else { 0 }
-    } else {
+    let dirtied = match before {
         // The flag only turns on and the count only grows.
-        split_dirty(h, None, None) - before
+        Some(before) => split_dirty(h, None, None) - before,
+        None if dirty => len as u64,
+        None => 0,
     };
     Freed {
         h: *h,
@@ -746,25 +765,8 @@ impl FreeArea {
         if !alloc.get(off) || self.scrub_holds(r, off) {
             return Err(FreeError::DoubleFree { pfn });
         }
-        let allocated = match extra {
-            None => 0,
-            Some(x) => {
-                if !x.get(off) {
-                    return Err(FreeError::NotAllocated { pfn });
-                }
-                // The block runs to the next head or free frame.
-                let mut len = 1;
-                while off + len < FRAMES && alloc.get(off + len) && !x.get(off + len) {
-                    len += 1;
-                }
-                len.trailing_zeros() as u8
-            }
-        };
-        Ok(Found::Small {
-            r,
-            off,
-            order: allocated,
-        })
+        let order = allocated_order(alloc, extra, off).ok_or(FreeError::NotAllocated { pfn })?;
+        Ok(Found::Small { r, off, order })
     }
 
     /// Frees an allocated block of `order` at offset `off` of split pageblock `r` (found by
@@ -805,13 +807,10 @@ impl FreeArea {
         }
         let freed = self.meta.with_pb_mut(r, |h, alloc, extra| {
             let a = alloc.as_deref()?;
-            // As `find_small` sees an allocated block of order 0: the frame is allocated and,
-            // with an extra plane, a head whose block ends right after it.
-            let lone =
-                |x: &Plane| x.get(off) && (off + 1 >= FRAMES || !a.get(off + 1) || x.get(off + 1));
+            // As `find_small` sees an allocated block of order 0.
             let ok = h.state == PbState::Split
                 && a.get(off)
-                && extra.as_deref().is_none_or(lone)
+                && allocated_order(a, extra.as_deref(), off) == Some(0)
                 && !wants_extra(h, extra.as_deref(), dirty);
             ok.then(|| free_in(h, alloc, extra, off, 0, dirty))
         })??;
