@@ -1375,6 +1375,14 @@ impl ZoneMeta {
         self.section_cell_copy(s).map(|(sec, _)| sec)
     }
 
+    /// Runs `f` on section `s` where it lies, for the callers that read a field or two: a copy
+    /// of the whole entry costs more than the fields.
+    pub(crate) fn with_section<R>(&self, s: SecRef, f: impl FnOnce(&Section) -> R) -> Option<R> {
+        // SAFETY: as in `section_cell_copy`.
+        self.section_cell(s)
+            .map(|c| c.with(|p| f(unsafe { &(*p).section })))
+    }
+
     /// Changes section `s` through `f`.
     pub(crate) fn update_section<R>(
         &mut self,

@@ -1,7 +1,7 @@
 //! The invariant walk, and what a zone reports about its pageblocks.
 #![deny(unsafe_code)]
 
-use super::{BANDS, Big, FreeArea, PLAIN, SMALL};
+use super::{BANDS, Big, FreeArea, PLAIN, SEC_BUCKETS, SMALL};
 use crate::addr::{MAX_ORDER, NR_ORDERS, Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::InvariantError;
@@ -413,7 +413,7 @@ impl FreeArea {
     /// `expected` of them), and the buckets' bits say which are not empty.
     fn check_section_buckets(&self, expected: u64, node: NodeId) -> Result<(), InvariantError> {
         let mut n = 0u64;
-        let all = [PLAIN, SMALL].map(|set| (0..FRAMES).map(move |b| (set, b)));
+        let all = [PLAIN, SMALL].map(|set| (0..SEC_BUCKETS).map(move |b| (set, b)));
         for (set, b) in all.into_iter().flatten() {
             let head = self.sections[set].heads[b];
             if self.sections[set].nonempty.get(b) != (head != NIL) {

@@ -43,14 +43,25 @@ const SMALL: usize = 1;
 /// Orders of whole-pageblock blocks: 9..=18.
 const BIG: usize = (MAX_ORDER as usize) - PB_SHIFT as usize + 1;
 
-/// Occupancy buckets of split sections by their free pageblocks (clamped to the last bucket):
-/// bucket `i` lists the sections with `i`, kept exactly (every change of a section's free
-/// lists moves it). `nonempty` has bit `i` set while bucket `i` is not empty.
+/// Occupancy buckets of split sections by their free pageblocks: bucket `i` lists the sections
+/// with `(i - 1) * SEC_WIDTH` up to `i * SEC_WIDTH - 1` of them ([`FreeArea::sec_bucket`]), in no
+/// order. A change of a section's free lists moves it only when it crosses a bucket's bounds, so
+/// most leave its links alone; the fullest section is then found to within `SEC_WIDTH`
+/// pageblocks (16 MiB of a 1 GiB section). `nonempty` has bit `i` set while bucket `i` is not
+/// empty.
 #[derive(Debug)]
 struct Buckets {
-    heads: [u32; FRAMES],
+    heads: [u32; SEC_BUCKETS],
     nonempty: Occupancy,
 }
+
+/// Free pageblocks per section bucket: a divisor of [`EMPTYING`], so that no bucket holds both
+/// emptying sections and others.
+const SEC_WIDTH: u16 = 8;
+const _: () = assert!(EMPTYING.is_multiple_of(SEC_WIDTH));
+/// Section buckets: 0 (unused: a section with no free pageblock is in none) to the bucket of a
+/// section with all its pageblocks free.
+const SEC_BUCKETS: usize = PBS_PER_SECTION / SEC_WIDTH as usize + 2;
 
 /// Fullness bands of split sections: band 0 for most, band 1 for *emptying* ones, those with
 /// at least [`EMPTYING`] free pageblocks (three quarters), which small frames avoid while a
@@ -208,7 +219,7 @@ impl FreeArea {
             meta: ZoneMeta::default(),
             whole: NIL,
             sections: core::array::from_fn(|_| Buckets {
-                heads: [NIL; FRAMES],
+                heads: [NIL; SEC_BUCKETS],
                 nonempty: Occupancy::EMPTY,
             }),
             counts: [0; BIG],
@@ -746,9 +757,9 @@ impl FreeArea {
         })
     }
 
-    /// The section bucket of `free_pbs` free pageblocks.
+    /// The section bucket of `free_pbs` free pageblocks (1 or more).
     fn sec_bucket(free_pbs: u16) -> usize {
-        usize::from(free_pbs).min(FRAMES - 1)
+        usize::from(free_pbs / SEC_WIDTH) + 1
     }
 
     /// The bucket set of a section: whether small frames live in it.
@@ -756,36 +767,47 @@ impl FreeArea {
         if x.split_pbs > 0 { SMALL } else { PLAIN }
     }
 
+    /// The bucket (set and number) of a split section with `x`'s counts; `None` without free
+    /// pageblocks.
+    fn sec_key(x: &Section) -> Option<(usize, usize)> {
+        (x.free_pbs > 0).then(|| (Self::sec_set(x), Self::sec_bucket(x.free_pbs)))
+    }
+
     /// Changes split section `s` through `f`, moving it to the bucket its counts then call for.
-    /// The section's own entry is read once and written once; only its old and new neighbours
-    /// are touched besides.
-    fn sec_update(&mut self, s: SecRef, f: impl FnOnce(&mut Section)) {
+    /// `f` runs on the entry in place; its old and new bucket neighbours are touched only if it
+    /// changes buckets.
+    fn sec_update<R>(&mut self, s: SecRef, f: impl FnOnce(&mut Section) -> R) -> Option<R> {
         if self.isolated(s.span) {
             // In no bucket while isolated.
-            self.meta.update_section(s, f);
-            return;
+            return self.meta.update_section(s, f);
         }
-        let Some(x) = self.meta.section(s) else {
-            return;
-        };
-        let mut y = x;
-        f(&mut y);
-        if x.free_pbs > 0 {
-            self.sec_unlink(&x);
+        let (r, was, now, next, prev) = self.meta.update_section(s, |x| {
+            let was = Self::sec_key(x);
+            let r = f(x);
+            let now = Self::sec_key(x);
+            let links = (x.next, x.prev);
+            if was != now {
+                x.next = NIL;
+                x.prev = NIL;
+            }
+            (r, was, now, links.0, links.1)
+        })?;
+        if was == now {
+            return Some(r);
         }
-        y.next = NIL;
-        y.prev = NIL;
-        if y.free_pbs > 0 {
-            let (set, b) = (Self::sec_set(&y), Self::sec_bucket(y.free_pbs));
+        if let Some(key) = was {
+            self.sec_unlink(key, next, prev);
+        }
+        if let Some((set, b)) = now {
             let head = self.sections[set].heads[b];
             self.sections[set].heads[b] = s.pack();
             self.sections[set].nonempty.put(b, true);
-            y.next = head;
             if let Some(h) = SecRef::unpack(head) {
+                self.meta.update_section(s, |x| x.next = head);
                 self.meta.update_section(h, |z| z.prev = s.pack());
             }
         }
-        self.meta.update_section(s, |z| *z = y);
+        Some(r)
     }
 
     /// Counts pageblock `r` as split below 2 MiB (`true`) or no longer (`false`) in its section.
@@ -803,30 +825,31 @@ impl FreeArea {
 
     /// Takes split section `s` (as read in `x`) out of its bucket.
     fn sec_unbucket(&mut self, s: SecRef, x: &Section) {
-        self.sec_unlink(x);
+        if let Some(key) = Self::sec_key(x) {
+            self.sec_unlink(key, x.next, x.prev);
+        }
         self.meta.update_section(s, |y| {
             y.next = NIL;
             y.prev = NIL;
         });
     }
 
-    /// Points the bucket neighbours of a split section (as read in `x`) past it; its own links
-    /// are the caller's to clear.
-    fn sec_unlink(&mut self, x: &Section) {
-        let (set, b) = (Self::sec_set(x), Self::sec_bucket(x.free_pbs));
-        match SecRef::unpack(x.prev) {
+    /// Points the neighbours of a split section in bucket `(set, b)`, linked to `next` and
+    /// `prev` there, past it; its own links are the caller's to clear.
+    fn sec_unlink(&mut self, (set, b): (usize, usize), next: u32, prev: u32) {
+        match SecRef::unpack(prev) {
             None => {
-                self.sections[set].heads[b] = x.next;
-                if x.next == NIL {
+                self.sections[set].heads[b] = next;
+                if next == NIL {
                     self.sections[set].nonempty.put(b, false);
                 }
             }
             Some(p) => {
-                self.meta.update_section(p, |y| y.next = x.next);
+                self.meta.update_section(p, |y| y.next = next);
             }
         }
-        if let Some(n) = SecRef::unpack(x.next) {
-            self.meta.update_section(n, |y| y.prev = x.prev);
+        if let Some(n) = SecRef::unpack(next) {
+            self.meta.update_section(n, |y| y.prev = prev);
         }
     }
 
@@ -845,7 +868,12 @@ impl FreeArea {
                     return;
                 };
                 let k = Self::list(order);
-                let head = self.meta.section(s).map_or(NIL, |x| x.heads[k]);
+                let head = self
+                    .sec_update(s, |x| {
+                        x.free_pbs += 1 << (order - PB_SHIFT as u8);
+                        core::mem::replace(&mut x.heads[k], r.pack())
+                    })
+                    .unwrap_or(NIL);
                 for i in 1..1u32 << (order - PB_SHIFT as u8) {
                     self.meta.update_pb(Self::pb_plus(r, i), |h| {
                         h.state = PbState::FreeTail;
@@ -861,10 +889,6 @@ impl FreeArea {
                 if let Some(h) = PbRef::unpack(head) {
                     self.meta.update_pb(h, |x| x.prev = r.pack());
                 }
-                self.sec_update(s, |x| {
-                    x.heads[k] = r.pack();
-                    x.free_pbs += 1 << (order - PB_SHIFT as u8);
-                });
             }
         }
         self.counts[Self::list(order)] += 1;
@@ -919,7 +943,7 @@ impl FreeArea {
             self.sections[set]
                 .nonempty
                 .next_set(1)
-                .is_some_and(|b| b < usize::from(EMPTYING))
+                .is_some_and(|b| b < Self::sec_bucket(EMPTYING))
         };
         if fuller(SMALL) {
             Some([SMALL, PLAIN])
@@ -939,11 +963,14 @@ impl FreeArea {
         while let Some(b) = self.sections[set].nonempty.next_set(from) {
             let mut cur = self.sections[set].heads[b];
             while let Some(s) = SecRef::unpack(cur) {
-                let x = self.meta.section(s)?;
-                if let Some(k) = (order..MAX_ORDER).find(|&k| x.heads[Self::list(k)] != NIL) {
-                    return PbRef::unpack(x.heads[Self::list(k)]).map(|r| (r, k));
+                let (found, next) = self.meta.with_section(s, |x| {
+                    let k = (order..MAX_ORDER).find(|&k| x.heads[Self::list(k)] != NIL);
+                    (k.map(|k| (x.heads[Self::list(k)], k)), x.next)
+                })?;
+                if let Some((head, k)) = found {
+                    return PbRef::unpack(head).map(|r| (r, k));
                 }
-                cur = x.next;
+                cur = next;
             }
             from = b + 1;
         }

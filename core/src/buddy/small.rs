@@ -191,7 +191,7 @@ impl FreeArea {
         // pageblock: while no section there is emptying, every band is 0.
         if self.sections[SMALL]
             .nonempty
-            .next_set(usize::from(EMPTYING))
+            .next_set(Self::sec_bucket(EMPTYING))
             .is_none()
         {
             return 0;
