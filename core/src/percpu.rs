@@ -839,7 +839,7 @@ impl<'a> Caches<'a> {
                 node.id(),
                 asker.interleave,
             );
-            return Ok(frame(pfn, dirty));
+            return Ok(Got::one(pfn, dirty));
         }
         let pfn = match self.caching() {
             // Emergency reserves go to the caller, not into a cache.
@@ -868,7 +868,7 @@ impl<'a> Caches<'a> {
                         c.slots[i].used = c.clock;
                         let (pfn, dirty) =
                             pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?;
-                        frame(pfn, dirty)
+                        Got::one(pfn, dirty)
                     }
                 }
             }
@@ -1507,16 +1507,6 @@ fn freed(dirty: bool) -> u8 {
         state::FREE_DIRTY
     } else {
         state::FREE_CLEAN
-    }
-}
-
-/// A frame popped from a cache, as a zone's allocation reports one.
-fn frame(pfn: Pfn, dirty: bool) -> Got {
-    Got {
-        pfn,
-        dirty: dirty
-            .then(|| PhysRange::new(pfn, Pfn::new(pfn.get() + 1)))
-            .flatten(),
     }
 }
 

@@ -14,25 +14,63 @@
 #![deny(unsafe_code)]
 
 use super::{Big, FreeArea};
+use core::num::NonZeroU64;
+
 use crate::addr::{Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
 use crate::meta::{PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, Section, flag};
 
 /// A block taken from a zone, and the part of it that may be dirty.
+///
+/// Two words, so that a `Result` or `Option` of it (the zone paths' return values) comes back
+/// in two registers: with the dirty part an `Option<PhysRange>`, the result went through
+/// memory and each caller's copy of it, at the odd offsets around the option's tag byte,
+/// stalled on store forwarding (perf on the order-9 pair).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Got {
     pub(crate) pfn: Pfn,
-    /// The frames of the block that may hold a last owner's data, if any.
-    pub(crate) dirty: Option<PhysRange>,
+    /// The frames of the block that may hold a last owner's data: their offset from `pfn`
+    /// (bits 32..63) and count (bits 0..32, 0 if none), with bit 63 set so that the word is
+    /// never zero (the niche that keeps a `Result` of `Got` at two words).
+    dirty: NonZeroU64,
 }
 
+/// Bit 63 of [`Got`]'s dirty word.
+const PART: NonZeroU64 = NonZeroU64::new(1 << 63).unwrap();
+
+/// The most frames a [`Got`]'s dirty part can start after its block's first frame or hold:
+/// far above a block's (`2^MAX_ORDER`).
+const PART_MAX: u64 = (1 << 31) - 1;
+const _: () = assert!(1 << crate::addr::MAX_ORDER <= PART_MAX);
+const _: () = assert!(core::mem::size_of::<Result<Got, super::NoBlock>>() == 16);
+
 impl Got {
-    /// The frame `pfn`, dirty or clean.
-    pub(crate) fn one(pfn: Pfn, dirty: bool) -> Got {
+    /// The block at `pfn` whose frames `off .. off + len` may be dirty (none if `len` is 0).
+    pub(crate) fn part(pfn: Pfn, off: u64, len: u64) -> Got {
+        debug_assert!(off <= PART_MAX && len <= PART_MAX);
         Got {
             pfn,
-            dirty: dirty.then(|| range_of(pfn, 0, 1)).flatten(),
+            dirty: PART | off.min(PART_MAX) << 32 | len.min(PART_MAX),
         }
+    }
+
+    /// The block at `pfn` whose frames in `dirty` (inside the block) may be dirty.
+    pub(crate) fn within(pfn: Pfn, dirty: Option<PhysRange>) -> Got {
+        match dirty {
+            Some(d) => Got::part(pfn, d.start().get().saturating_sub(pfn.get()), d.frames()),
+            None => Got::part(pfn, 0, 0),
+        }
+    }
+
+    /// The frame `pfn`, dirty or clean.
+    pub(crate) fn one(pfn: Pfn, dirty: bool) -> Got {
+        Got::part(pfn, 0, u64::from(dirty))
+    }
+
+    /// The frames of the block that may hold a last owner's data, if any.
+    pub(crate) fn dirty(&self) -> Option<PhysRange> {
+        let word = self.dirty.get() & !PART.get();
+        range_of(self.pfn, word >> 32, word & u64::from(u32::MAX))
     }
 }
 

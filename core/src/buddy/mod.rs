@@ -1045,10 +1045,7 @@ impl FreeArea {
         let dirty = self.block_dirty_range(b, order);
         self.mark_allocated(b, order, what);
         self.free_pages -= 1 << order;
-        Ok(Got {
-            pfn: self.base(b),
-            dirty,
-        })
+        Ok(Got::within(self.base(b), dirty))
     }
 
     /// The end of [`FreeArea::alloc_big`] for one pageblock `r`, off its list, in one access
@@ -1095,10 +1092,7 @@ impl FreeArea {
         }
         self.dirty_pages -= dirty;
         self.free_pages -= frames;
-        Got {
-            pfn,
-            dirty: dirty::range_of(pfn, frames - dirty, dirty),
-        }
+        Got::part(pfn, frames - dirty, dirty)
     }
 
     fn mark_allocated(&mut self, b: Big, order: u8, what: Use) {
@@ -1405,7 +1399,7 @@ impl FreeArea {
         let dirty = self
             .pool_block(pfn, order)
             .and_then(|b| self.block_dirty_range(b, order.get()));
-        Some(Got { pfn, dirty })
+        Some(Got::within(pfn, dirty))
     }
 
     /// Returns a pool page; on error nothing changes.

@@ -21,7 +21,7 @@
 //! fullest-pageblock order, and the bands leave that order alone there.
 #![deny(unsafe_code)]
 
-use super::dirty::{Got, range_of, split_dirty};
+use super::dirty::{Got, split_dirty};
 use super::{BANDS, Big, EMPTYING, FreeArea, NoBlock, PLAIN, PbBuckets, SMALL, band_of};
 use crate::addr::{Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
@@ -537,10 +537,7 @@ impl FreeArea {
         self.dirty_pages -= u64::from(dirty);
         self.free_pages -= 1;
         let pfn = Pfn::new(self.pb_base(r).get() + off as u64);
-        Some(Got {
-            pfn,
-            dirty: dirty.then(|| range_of(pfn, 0, 1)).flatten(),
-        })
+        Some(Got::one(pfn, dirty))
     }
 
     /// The fullest pageblock of `class` with at least `min_free` free frames, out of its bucket,
@@ -711,10 +708,8 @@ impl FreeArea {
         self.free_pages -= len as u64;
         self.settle_as(r, class, free);
         let pfn = Pfn::new(base.get() + off as u64);
-        Got {
-            pfn,
-            dirty: dirty.and_then(|(o, n)| range_of(pfn, o as u64, n as u64)),
-        }
+        let (o, n) = dirty.unwrap_or((0, 0));
+        Got::part(pfn, o as u64, n as u64)
     }
 
     /// What `pfn` holds, for a free of a block of `order`; changes nothing.

@@ -95,9 +95,9 @@ impl Machine<'_> {
     pub(super) fn checked(&self, got: Got, frames: u64) -> Option<PhysRange> {
         let block = PhysRange::new(got.pfn, Pfn::new(got.pfn.get() + frames))?;
         let Some(c) = self.clearer else {
-            return got.dirty;
+            return got.dirty();
         };
-        let clean = match got.dirty {
+        let clean = match got.dirty() {
             None => [Some(block), None],
             Some(d) => [
                 PhysRange::new(block.start(), d.start()),
@@ -108,10 +108,10 @@ impl Machine<'_> {
         for part in clean.into_iter().flatten() {
             written |= self.watch(c, part, false);
         }
-        if let Some(d) = got.dirty {
+        if let Some(d) = got.dirty() {
             written |= self.watch(c, d, true);
         }
-        if written { Some(block) } else { got.dirty }
+        if written { Some(block) } else { got.dirty() }
     }
 
     /// Checks a dirty range a scrub is about to clear.

@@ -67,7 +67,7 @@ impl<'a> Machine<'a> {
     /// debug mode has its own, which checks the block first).
     #[cfg(not(feature = "poison"))]
     fn checked(&self, got: Got, _frames: u64) -> Option<PhysRange> {
-        got.dirty
+        got.dirty()
     }
 
     /// Nothing: the `poison` debug mode's check of a range a scrub is about to clear.
