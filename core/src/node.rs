@@ -329,20 +329,23 @@ impl Zone {
         if self.short_of(mark) {
             return Err(Refused::Empty);
         }
-        self.take_or_wait(|z| {
-            if z.headroom(mark) < order.frames() {
-                return Err(Refused::Empty);
-            }
-            let got = if order.get() >= PB_SHIFT as u8 {
-                z.area.alloc_big(order.get(), Use::Normal)?
-            } else {
-                z.area.alloc_small(order.get(), class, zero)?
-            };
-            if let Some(e) = events {
-                z.events.record(e, 1);
-            }
-            Ok(got)
-        })
+        self.take_or_wait(
+            #[inline(always)]
+            |z| {
+                if z.headroom(mark) < order.frames() {
+                    return Err(Refused::Empty);
+                }
+                let got = if order.get() >= PB_SHIFT as u8 {
+                    z.area.alloc_big(order.get(), Use::Normal)?
+                } else {
+                    z.area.alloc_small(order.get(), class, zero)?
+                };
+                if let Some(e) = events {
+                    z.events.record(e, 1);
+                }
+                Ok(got)
+            },
+        )
     }
 
     /// The zone's own share of its node's numastat (all but `numa_foreign`).
