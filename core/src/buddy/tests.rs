@@ -655,3 +655,32 @@ fn the_trim_packs_metadata_still_in_use_into_fewer_pool_pageblocks() {
     m.check_invariants().unwrap();
     assert!(m.metadata_bytes() <= boot + (2 << 20) + (64 << 10));
 }
+
+/// A taken block's dirty part, packed into one word next to its frame, reads back as the range
+/// it was given: frames `pfn + off .. pfn + off + len`, none when `len` is 0, for blocks from
+/// one frame to a whole section and offsets across all of it.
+#[test]
+fn a_taken_blocks_dirty_part_reads_back_as_given() {
+    use super::dirty::Got;
+    let top = 1u64 << MAX_ORDER;
+    for pfn in [0, 1, 0x1234_5600, (1 << 40) - top] {
+        for (off, len) in [
+            (0, 0),
+            (0, 1),
+            (5, 1),
+            (0, top),
+            (top - 512, 512),
+            (3, top - 3),
+        ] {
+            let expect = (len > 0)
+                .then(|| PhysRange::new(Pfn::new(pfn + off), Pfn::new(pfn + off + len)))
+                .flatten();
+            let got = Got::part(Pfn::new(pfn), off, len);
+            assert_eq!((got.pfn, got.dirty()), (Pfn::new(pfn), expect));
+            assert_eq!(Got::within(Pfn::new(pfn), expect), got);
+        }
+        let one = |dirty| Got::one(Pfn::new(pfn), dirty).dirty();
+        assert_eq!(one(false), None);
+        assert_eq!(one(true), PhysRange::new(Pfn::new(pfn), Pfn::new(pfn + 1)));
+    }
+}
