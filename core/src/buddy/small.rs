@@ -59,20 +59,46 @@ fn serves_single(bucket: &PbBuckets, b: usize, h: &PbHeader) -> bool {
             && bucket.nonempty[0].next_set(b + 1).is_none_or(|n| n >= free))
 }
 
-/// Moves split pageblock `r` (its header `h`) from its bucket to the bucket of `key`
+/// What settling a split pageblock reads of its header: its class, free frames and place in
+/// the buckets. Read field by field from a header just written: a copy of the whole header
+/// there loads it wider than the stores that changed it, and stalls on store forwarding (perf
+/// on random order-0 frees).
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    class: Class,
+    free: u16,
+    bucket: u16,
+    next: u32,
+    prev: u32,
+}
+
+impl Place {
+    #[inline(always)]
+    fn of(h: &PbHeader) -> Place {
+        Place {
+            class: h.class,
+            free: h.free,
+            bucket: h.bucket,
+            next: h.next,
+            prev: h.prev,
+        }
+    }
+}
+
+/// Moves split pageblock `r` (at `at`) from its bucket to the bucket of `key`
 /// (`band * FRAMES + free`, `free` in 1..FRAMES) when that touches no other header: it is alone
 /// in its bucket, and the new bucket is empty or the same. `false`, with nothing changed,
-/// otherwise.
-fn move_alone(bucket: &mut PbBuckets, r: PbRef, h: &mut PbHeader, key: usize) -> bool {
-    let old = usize::from(h.bucket);
-    if old == 0 || h.next != NIL || h.prev != NIL || (key != old && bucket.heads[key] != NIL) {
+/// otherwise; the caller records the new bucket in the header.
+#[inline(always)]
+fn move_alone(bucket: &mut PbBuckets, r: PbRef, at: Place, key: usize) -> bool {
+    let old = usize::from(at.bucket);
+    if old == 0 || at.next != NIL || at.prev != NIL || (key != old && bucket.heads[key] != NIL) {
         return false;
     }
     bucket.heads[old] = NIL;
     bucket.nonempty[old / FRAMES].put(old % FRAMES, false);
     bucket.heads[key] = r.pack();
     bucket.nonempty[key / FRAMES].put(key % FRAMES, true);
-    h.bucket = key as u16;
     true
 }
 
@@ -85,10 +111,10 @@ fn free_run(alloc: &Plane, extra: Option<&Plane>, order: u8, zero: bool) -> Opti
     clean.or_else(|| alloc.find_clear_run(order))
 }
 
-/// A split pageblock's header after a free in it, whether it was full before, and how many
+/// A split pageblock's place after a free in it, whether it was full before, and how many
 /// dirty free frames the free added (`split_dirty` after it less before it).
 struct Freed {
-    h: PbHeader,
+    at: Place,
     was_full: bool,
     dirtied: u64,
 }
@@ -156,7 +182,7 @@ fn free_in(
         None => 0,
     };
     Freed {
-        h: *h,
+        at: Place::of(h),
         was_full,
         dirtied,
     }
@@ -221,18 +247,18 @@ impl FreeArea {
     /// Takes split pageblock `r` out of the bucket it sits in, if any.
     pub(super) fn bucket_remove(&mut self, r: PbRef) {
         if let Some(h) = self.meta.pb(r) {
-            self.bucket_remove_as(r, &h);
+            self.bucket_remove_as(r, Place::of(&h));
         }
     }
 
     /// [`FreeArea::bucket_remove`] with `r`'s header `h` in hand.
-    fn bucket_remove_as(&mut self, r: PbRef, h: &PbHeader) {
-        let key = usize::from(h.bucket);
+    fn bucket_remove_as(&mut self, r: PbRef, at: Place) {
+        let key = usize::from(at.bucket);
         if key == 0 {
             return;
         }
-        let (next, prev) = (h.next, h.prev);
-        let bucket = &mut self.buckets[h.class.index()];
+        let (next, prev) = (at.next, at.prev);
+        let bucket = &mut self.buckets[at.class.index()];
         match PbRef::unpack(prev) {
             None => {
                 bucket.heads[key] = next;
@@ -489,7 +515,7 @@ impl FreeArea {
         if !serves_single(bucket, b, &h) || self.band(r) != 0 {
             return None;
         }
-        self.bucket_remove_as(r, &h);
+        self.bucket_remove_as(r, Place::of(&h));
         Some(r)
     }
 
@@ -506,7 +532,7 @@ impl FreeArea {
         if self.band(r) != 0 {
             return None;
         }
-        let (off, dirty, h) = self.meta.with_pb_mut(r, |h, alloc, extra| {
+        let (off, dirty, at) = self.meta.with_pb_mut(r, |h, alloc, extra| {
             if !serves_single(&self.buckets[class.index()], b, h) {
                 return None;
             }
@@ -524,15 +550,16 @@ impl FreeArea {
             h.free -= 1;
             h.flags &= !flag::REPORTED;
             let key = usize::from(h.free);
-            if key > 0 && move_alone(&mut self.buckets[class.index()], r, h, key) {
+            if key > 0 && move_alone(&mut self.buckets[class.index()], r, Place::of(h), key) {
+                h.bucket = key as u16;
                 return Some((off, dirty, None));
             }
             // Its bucket links, still those it had.
-            Some((off, dirty, Some(*h)))
+            Some((off, dirty, Some(Place::of(h))))
         })??;
-        if let Some(h) = h {
-            self.bucket_remove_as(r, &h);
-            self.settle_as(r, h.class, h.free);
+        if let Some(at) = at {
+            self.bucket_remove_as(r, at);
+            self.settle_as(r, at.class, at.free);
         }
         self.dirty_pages -= u64::from(dirty);
         self.free_pages -= 1;
@@ -817,7 +844,7 @@ impl FreeArea {
     /// were freed (`freed`, from [`free_in`]).
     fn settle_freed(&mut self, r: PbRef, len: usize, freed: Freed) {
         let Freed {
-            h,
+            at,
             was_full,
             dirtied,
         } = freed;
@@ -832,23 +859,22 @@ impl FreeArea {
             let (lo, hi) = s.pb_frames(r.index);
             hi - lo
         });
-        if frames == Some(usize::from(h.free)) {
+        if frames == Some(usize::from(at.free)) {
             // Wholly free: a whole pageblock becomes the spare; one at the span's edge goes
             // back to a bucket, with one write to its header if it is alone in its bucket and
             // the new one is empty.
-            let mut moved = h;
-            let edge = h.free < FRAMES as u16 && !self.isolated(r.span);
+            let edge = at.free < FRAMES as u16 && !self.isolated(r.span);
             if edge
-                && let key = self.band(r) * FRAMES + usize::from(h.free)
-                && move_alone(&mut self.buckets[h.class.index()], r, &mut moved, key)
+                && let key = self.band(r) * FRAMES + usize::from(at.free)
+                && move_alone(&mut self.buckets[at.class.index()], r, at, key)
             {
-                self.meta.update_pb(r, |x| x.bucket = moved.bucket);
+                self.meta.update_pb(r, |x| x.bucket = key as u16);
             } else {
-                self.bucket_remove_as(r, &h);
-                self.settle_as(r, h.class, h.free);
+                self.bucket_remove_as(r, at);
+                self.settle_as(r, at.class, at.free);
             }
         } else if was_full {
-            self.bucket_insert_as(r, h.class, h.free);
+            self.bucket_insert_as(r, at.class, at.free);
         }
     }
 
