@@ -228,6 +228,14 @@ impl<'a> BootCarve<'a> {
         Some(unsafe { &mut *ptr })
     }
 
+    /// Leaves `bytes` bytes uncarved (and untouched) before the next table: a cache colour, so
+    /// that the same table carved in several regions does not land at the same offset of a page
+    /// in each. `None` if the range is too small.
+    pub(crate) fn skip(&mut self, bytes: usize) -> Option<()> {
+        self.left = self.left.checked_sub(bytes)?;
+        Some(())
+    }
+
     /// Carves a slice of `n` values, each made by `init(i)`, stopping at the first error, which
     /// it returns inside `Some`. `None` if the range is too small (then `init` never ran). The
     /// values made before an error stay in the region, never dropped (the caller gives up the
