@@ -462,3 +462,23 @@ fn drain_all_merges_free_memory_back_to_its_boot_blocks() {
     m.check_invariants().unwrap();
     assert_eq!(snapshot(&m), before);
 }
+
+/// Nodes whose tables are carved alike get different cache colours: no two of the first 32
+/// share the offset of their `Node` within a page, so the zones a walk reads do not all fall
+/// in one cache set.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "a boot of 32 nodes: the other machine tests take Miri through its unsafe code"
+)]
+fn each_nodes_tables_sit_at_a_page_offset_of_their_own() {
+    let spec = Spec::uniform(32, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut offsets: Vec<usize> = (0..32)
+        .map(|i| core::ptr::from_ref(m.node(n(i)).unwrap()).addr() % 4096)
+        .collect();
+    offsets.sort_unstable();
+    offsets.dedup();
+    assert_eq!(offsets.len(), 32);
+}
