@@ -154,23 +154,6 @@ impl Drop for ZoneGuard<'_> {
     }
 }
 
-/// A failed allocation from a zone: no memory above the watermark, or no metadata for the split
-/// it needs (the caller grows the zone's pool outside the lock and tries again).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refused {
-    Empty,
-    Meta(Short),
-}
-
-impl From<NoBlock> for Refused {
-    fn from(e: NoBlock) -> Self {
-        match e {
-            NoBlock::Empty => Refused::Empty,
-            NoBlock::Meta(s) => Refused::Meta(s),
-        }
-    }
-}
-
 /// One zone: its free memory behind a spinlock. Only the zone touches its free area: every
 /// operation on it is a method here, taken under the zone's lock.
 ///
@@ -302,11 +285,11 @@ impl Zone {
     #[inline(always)]
     fn take_or_wait<T>(
         &self,
-        mut take: impl FnMut(&mut ZoneInner) -> Result<T, Refused>,
-    ) -> Result<T, Refused> {
+        mut take: impl FnMut(&mut ZoneInner) -> Result<T, NoBlock>,
+    ) -> Result<T, NoBlock> {
         let mut z = self.lock();
         match take(&mut z) {
-            Err(Refused::Empty) if z.area.scrubbing() => {
+            Err(NoBlock::Empty) if z.area.scrubbing() => {
                 let mut z = self.wait_for_scrub(z);
                 take(&mut z)
             }
@@ -325,15 +308,15 @@ impl Zone {
         class: Class,
         zero: bool,
         events: Option<OwnEvents>,
-    ) -> Result<Got, Refused> {
+    ) -> Result<Got, NoBlock> {
         if self.short_of(mark) {
-            return Err(Refused::Empty);
+            return Err(NoBlock::Empty);
         }
         self.take_or_wait(
             #[inline(always)]
             |z| {
                 if z.headroom(mark) < order.frames() {
-                    return Err(Refused::Empty);
+                    return Err(NoBlock::Empty);
                 }
                 let got = if order.get() >= PB_SHIFT as u8 {
                     z.area.alloc_big(order.get(), Use::Normal)?
@@ -404,7 +387,7 @@ impl Zone {
         class: Class,
         zero: bool,
         events: OwnEvents,
-    ) -> (usize, usize, Option<Refused>) {
+    ) -> (usize, usize, Option<NoBlock>) {
         if self.short_of(mark) {
             return (0, 0, None);
         }
@@ -421,9 +404,9 @@ impl Zone {
             z.events.record(events, more as u64);
             // out[..got] ends with `dirty` dirty frames; move the new clean ones before them.
             out[got - dirty..got + more - more_dirty].rotate_left(dirty);
-            return (got + more, dirty + more_dirty, why.map(Refused::from));
+            return (got + more, dirty + more_dirty, why);
         }
-        (got, dirty, why.map(Refused::from))
+        (got, dirty, why)
     }
 
     /// Frees one block (checked), dirty or clean; frames of a pageblock lent to a CPU are
@@ -467,17 +450,17 @@ impl Zone {
         (cpu, slot): (u32, u8),
         zero: bool,
         take: impl FnOnce(&Lent),
-    ) -> Result<Option<Got>, Refused> {
+    ) -> Result<Option<Got>, NoBlock> {
         if self.short_of(mark) {
-            return Err(Refused::Empty);
+            return Err(NoBlock::Empty);
         }
         let mut take = Some(take);
         self.take_or_wait(|z| {
             if z.headroom(mark) == 0 {
-                return Err(Refused::Empty);
+                return Err(NoBlock::Empty);
             }
             let take = &mut take;
-            Ok(z.area.lend(
+            z.area.lend(
                 class,
                 (min_free.min(u32::from(u16::MAX)) as u16, lend_min),
                 cpu,
@@ -488,7 +471,7 @@ impl Zone {
                         t(lent);
                     }
                 },
-            )?)
+            )
         })
     }
 
@@ -499,8 +482,8 @@ impl Zone {
     }
 
     /// Frames for a new slab of the zone's metadata pool (taken with the pool's reserve).
-    pub(crate) fn alloc_slab(&self, what: Short) -> Result<Option<Pfn>, Refused> {
-        Ok(self.lock().area.alloc_slab(what)?)
+    pub(crate) fn alloc_slab(&self, what: Short) -> Result<Option<Pfn>, NoBlock> {
+        self.lock().area.alloc_slab(what)
     }
 
     /// Gives back a slab from [`Zone::alloc_slab`] the platform could not map.
@@ -564,7 +547,7 @@ impl Zone {
 
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping
     /// the min watermark, under one lock. Returns how many it moved, and why it stopped.
-    pub(crate) fn pool_grow(&self, order: Order, count: u64) -> (u64, Option<Refused>) {
+    pub(crate) fn pool_grow(&self, order: Order, count: u64) -> (u64, Option<NoBlock>) {
         let mut z = self.lock();
         let mut n = 0;
         while n < count {
@@ -574,7 +557,7 @@ impl Zone {
             match z.area.pool_grow(order) {
                 Ok(()) => n += 1,
                 Err(NoBlock::Empty) if z.area.scrubbing() => z = self.wait_for_scrub(z),
-                Err(e) => return (n, Some(e.into())),
+                Err(e) => return (n, Some(e)),
             }
         }
         (n, None)

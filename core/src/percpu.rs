@@ -56,11 +56,11 @@ use core::fmt;
 
 use crate::addr::{Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Plane};
-use crate::buddy::{Got, HotFrames, LEND_MIN, Lent};
+use crate::buddy::{Got, HotFrames, LEND_MIN, Lent, NoBlock};
 use crate::error::{BulkFreeError, ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
 use crate::node::{
-    Mark, Node, Nodes, Refused, Zone, ZoneFamily, ZoneKind, ZoneSet, count_foreign, zone_index,
+    Mark, Node, Nodes, Zone, ZoneFamily, ZoneKind, ZoneSet, count_foreign, zone_index,
 };
 use crate::platform::Poison;
 use crate::stats::{Event, NumaStat, OwnEvents, tally};
@@ -455,7 +455,7 @@ pub(crate) trait CacheAccess {
     /// pageblock its zone lends above the mark, else (caching off, under pressure, or from
     /// the reserves) one frame straight from the zone. Counts the event. `zero` prefers a
     /// clean frame where the zone picks it.
-    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, Refused>;
+    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, NoBlock>;
 }
 
 /// A CPU's cache reached through its lock, one operation at a time.
@@ -484,12 +484,12 @@ impl CacheAccess for Shared<'_, '_> {
         pop_key(pc, &mut c, key, asker)
     }
 
-    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, Refused> {
+    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, NoBlock> {
         let pc = self
             .caches
             .cpus
             .get(self.cpu.index())
-            .ok_or(Refused::Empty)?;
+            .ok_or(NoBlock::Empty)?;
         match lock_unclaimed(pc) {
             Some(mut c) => self.caches.take_at(self.cpu, pc, &mut c, want, nodes, zero),
             None => {
@@ -814,7 +814,7 @@ impl<'a> Caches<'a> {
         want: &Want<'_>,
         nodes: Nodes<'_>,
         zero: bool,
-    ) -> Result<Got, Refused> {
+    ) -> Result<Got, NoBlock> {
         let Want {
             node,
             kind,
@@ -867,7 +867,7 @@ impl<'a> Caches<'a> {
                         c.clock += 1;
                         c.slots[i].used = c.clock;
                         let (pfn, dirty) =
-                            pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(Refused::Empty)?;
+                            pop_slot(&mut c.slots[i], &pc.states[i]).ok_or(NoBlock::Empty)?;
                         Got::one(pfn, dirty)
                     }
                 }
@@ -1468,7 +1468,7 @@ impl CacheAccess for Owned<'_, '_> {
         Some(got)
     }
 
-    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, Refused> {
+    fn take(&mut self, want: &Want<'_>, nodes: Nodes<'_>, zero: bool) -> Result<Got, NoBlock> {
         self.honour();
         let (caches, pc, cpu) = (self.caches, self.pc, self.cpu);
         let got = caches.take_at(cpu, pc, &mut self.c, want, nodes, zero);

@@ -198,8 +198,9 @@ pub(crate) enum Hosting {
     Section(Pfn),
 }
 
-/// A failed allocation: no memory, or no metadata to describe the split it needs (the caller
-/// grows the pool outside the lock and tries again).
+/// A failed allocation: no memory (for a zone: none above the watermark the request keeps), or
+/// no metadata to describe the split it needs (the caller grows the pool outside the lock and
+/// tries again). The buddy and the zone share it, so that a result passes up unconverted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum NoBlock {
     Empty,

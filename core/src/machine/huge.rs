@@ -4,8 +4,9 @@
 
 use super::{Machine, Request};
 use crate::addr::{HugeSize, Pfn};
+use crate::buddy::NoBlock;
 use crate::error::FreeError;
-use crate::node::{HugeCounts, Refused, ZoneKind, count_foreign};
+use crate::node::{HugeCounts, ZoneKind, count_foreign};
 use crate::topology::NodeId;
 
 impl<'a> Machine<'a> {
@@ -23,7 +24,7 @@ impl<'a> Machine<'a> {
                 let (moved, why) = zone.pool_grow(size.order(), count - got);
                 got += moved;
                 match why {
-                    Some(Refused::Meta(what)) if got < count && self.grow(zone, what) => {}
+                    Some(NoBlock::Meta(what)) if got < count && self.grow(zone, what) => {}
                     _ => break,
                 }
             }

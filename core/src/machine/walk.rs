@@ -6,9 +6,10 @@
 use super::layout::Layout;
 use super::{AllocFlags, Machine};
 use crate::addr::{Order, Pfn};
+use crate::buddy::NoBlock;
 use crate::buddy::{Got, Hosting};
 use crate::meta::{Class, Pool, Short};
-use crate::node::{Mark, Refused, Zone, ZoneKind, count_foreign};
+use crate::node::{Mark, Zone, ZoneKind, count_foreign};
 use crate::platform::Mapped;
 use crate::stats::OwnEvents;
 use crate::topology::{NodeId, NodeMask};
@@ -158,7 +159,7 @@ impl<'a> Machine<'a> {
                 // Another CPU grew the pool meanwhile.
                 Ok(None) => continue,
                 // A new pool pageblock needs a section split, which needs an array first.
-                Err(Refused::Meta(Short::Arrays)) if what != Short::Arrays => {
+                Err(NoBlock::Meta(Short::Arrays)) if what != Short::Arrays => {
                     if !self.grow(zone, Short::Arrays) {
                         return !zone.pool_low(what);
                     }
@@ -218,12 +219,12 @@ impl<'a> Machine<'a> {
     fn take_growing<T>(
         &self,
         zone: &Zone,
-        mut take: impl FnMut() -> Result<T, Refused>,
+        mut take: impl FnMut() -> Result<T, NoBlock>,
     ) -> Option<T> {
         loop {
             match take() {
                 Ok(pfn) => return Some(pfn),
-                Err(Refused::Meta(what)) if self.grow(zone, what) => {}
+                Err(NoBlock::Meta(what)) if self.grow(zone, what) => {}
                 Err(_) => return None,
             }
         }
@@ -238,7 +239,7 @@ impl<'a> Machine<'a> {
     pub(crate) fn walk_with<T>(
         &self,
         req: &Request<'_>,
-        mut take: impl FnMut(NodeId, &Zone, Mark) -> Result<T, Refused>,
+        mut take: impl FnMut(NodeId, &Zone, Mark) -> Result<T, NoBlock>,
     ) -> Option<(T, NodeId)> {
         if !self.topo.contains(req.preferred) {
             return None;
@@ -283,7 +284,7 @@ impl<'a> Machine<'a> {
     fn first_try<T>(
         &self,
         req: &Request<'_>,
-        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<T, Refused>,
+        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<T, NoBlock>,
     ) -> Result<(T, NodeId), Option<ZoneKind>> {
         let node = self
             .layout
@@ -314,7 +315,7 @@ impl<'a> Machine<'a> {
         &self,
         req: &Request<'_>,
         seq: u64,
-        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<T, Refused>,
+        take: &mut impl FnMut(NodeId, &Zone, Mark) -> Result<T, NoBlock>,
         visited: &mut NodeMask,
         mut tried: Option<ZoneKind>,
     ) -> Option<(T, NodeId)> {
@@ -455,7 +456,7 @@ impl<'a> Machine<'a> {
                         }
                         done += got;
                         match why {
-                            Some(Refused::Meta(what)) if self.grow(zone, what) => {}
+                            Some(NoBlock::Meta(what)) if self.grow(zone, what) => {}
                             _ => break,
                         }
                     }
