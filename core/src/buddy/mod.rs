@@ -165,6 +165,10 @@ pub(crate) struct FreeArea {
     /// Bit `i` set: the span in slot `i` is isolated for offlining (see `offline`): its free
     /// memory is on none of the zone-wide lists and buckets, so no allocation lands there.
     iso_mask: u32,
+    /// Bit `i` set: the isolated span in slot `i` is kept isolated for a retry
+    /// (`OfflineOptions::keep_isolated`): only `Machine::unisolate` or its leaving ends that, not
+    /// a later offline that fails. Always within `iso_mask`.
+    iso_kept: u32,
     /// The free frames of isolated spans (counted in `free_pages` too; no allocation can have
     /// them, so the watermarks leave them out).
     pub(crate) isolated_pages: u64,
@@ -243,6 +247,7 @@ impl FreeArea {
             }; 2],
             need: Need::Normal,
             iso_mask: 0,
+            iso_kept: 0,
             isolated_pages: 0,
         }
     }

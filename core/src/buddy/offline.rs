@@ -219,6 +219,7 @@ impl FreeArea {
         }
         self.isolated_pages -= self.span_free(slot);
         self.iso_mask &= !(1 << slot);
+        self.iso_kept &= !(1 << slot);
         self.meta.release_quarantine(slot);
         for index in 0..span.sections() {
             let s = SecRef { span: slot, index };
@@ -249,6 +250,23 @@ impl FreeArea {
     /// `true` if the span in `slot` is isolated.
     pub(crate) fn is_isolated(&self, slot: u8) -> bool {
         self.meta.span(slot).is_some() && self.isolated(slot)
+    }
+
+    /// Keeps the isolated span in `slot` isolated until [`FreeArea::unisolate`] (or its
+    /// leaving), whatever later offlines of it do: an offline that failed with
+    /// `keep_isolated`.
+    pub(crate) fn keep_isolated(&mut self, slot: u8) {
+        if self.is_isolated(slot) {
+            self.iso_kept |= 1 << slot;
+        }
+    }
+
+    /// Undoes the isolation of a failed offline without `keep_isolated`: [`FreeArea::unisolate`]
+    /// unless an earlier failed offline kept the span isolated (then it stays as it was).
+    pub(crate) fn unisolate_unless_kept(&mut self, slot: u8) {
+        if (self.iso_kept >> (slot & 31)) & 1 == 0 {
+            self.unisolate(slot);
+        }
     }
 
     /// The packed list link of a block.
@@ -499,6 +517,7 @@ impl FreeArea {
         self.reported_pages -= reported;
         self.managed_pages -= span.range.frames();
         self.iso_mask &= !(1 << slot);
+        self.iso_kept &= !(1 << slot);
         Some(leaving)
     }
 
@@ -539,6 +558,7 @@ impl FreeArea {
             }
         }
         if isolated != self.iso_mask
+            || self.iso_kept & !self.iso_mask != 0
             || self.meta.quarantined_spans() != isolated.count_ones() as usize
             || free != self.isolated_pages
             || free > self.free_pages

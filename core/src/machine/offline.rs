@@ -25,7 +25,8 @@ use crate::zonelist::FallbackOptions;
 pub struct OfflineOptions {
     /// When frames of the range are in use, keep it isolated (no allocation lands there) for
     /// a retry once the caller has freed them; [`Machine::unisolate`] ends that. Without it the
-    /// range is usable again at once.
+    /// range is as it was before the call: usable again at once, except spans an earlier call
+    /// kept isolated, which stay so.
     pub keep_isolated: bool,
     /// How the fallback orders are rebuilt when the range leaves.
     pub fallback: FallbackOptions,
@@ -85,11 +86,16 @@ impl<'a> Machine<'a> {
             }
         }
         if let Err(e) = self.prepare(&staged, range) {
-            if !opts.keep_isolated {
-                self.for_each_part(&staged, range, |p| {
-                    p.zone.with_area(|a| a.unisolate(p.slot));
+            // A span an earlier call kept isolated stays so either way: usable as before.
+            self.for_each_part(&staged, range, |p| {
+                p.zone.with_area(|a| {
+                    if opts.keep_isolated {
+                        a.keep_isolated(p.slot);
+                    } else {
+                        a.unisolate_unless_kept(p.slot);
+                    }
                 });
-            }
+            });
             return Err(e);
         }
         // Every span is ready, and stays ready while isolated: nothing can allocate from it
@@ -399,6 +405,56 @@ mod tests {
         m.offline(&mem, r, opts).unwrap();
         m.check_invariants().unwrap();
         assert_eq!(m.node(n(2)).unwrap().managed_pages(), 0);
+    }
+
+    /// A failed offline without `keep_isolated` gives back only what it isolated itself: a span
+    /// an earlier call kept isolated for a retry stays isolated (fuzz `ops` found an allocation
+    /// served from it).
+    #[test]
+    fn a_failed_offline_leaves_a_range_kept_isolated_before_it_isolated() {
+        let spec = with_memoryless(2048);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let (a, b) = (range(ADDED, 1024), range(ADDED + 1024, 1024));
+        for r in [a, b] {
+            m.hot_add(&mem, n(2), r, FallbackOptions::default())
+                .unwrap();
+        }
+        // One frame in use in each span.
+        let held = drain_node(&m, 2);
+        let busy: Vec<Pfn> = [a, b]
+            .iter()
+            .map(|r| *held.iter().find(|p| r.contains(**p)).unwrap())
+            .collect();
+        let rest: Vec<Pfn> = held.iter().copied().filter(|p| !busy.contains(p)).collect();
+        m.free_bulk(&rest).unwrap();
+        let kept = OfflineOptions {
+            keep_isolated: true,
+            ..OfflineOptions::default()
+        };
+        assert!(matches!(
+            m.offline(&mem, a, kept),
+            Err(OfflineError::Busy { busy: 1, .. })
+        ));
+        let both = range(ADDED, 2048);
+        assert!(matches!(
+            m.offline(&mem, both, OfflineOptions::default()),
+            Err(OfflineError::Busy { busy: 2, .. })
+        ));
+        m.check_invariants().unwrap();
+        // `b` is usable again, `a` is still isolated: nothing is allocated from it.
+        let again = drain_node(&m, 2);
+        assert!(again.iter().all(|p| b.contains(*p)), "allocated from {a:?}");
+        let in_b = held.iter().filter(|p| b.contains(**p)).count();
+        assert_eq!(again.len(), in_b - 1);
+        m.free_bulk(&again).unwrap();
+        assert_eq!(m.unisolate(a), Ok(()));
+        assert_eq!(
+            m.unisolate(b),
+            Err(OfflineError::NotIsolated { pfn: b.start() })
+        );
+        m.free_bulk(&busy).unwrap();
+        m.check_invariants().unwrap();
     }
 
     #[test]
