@@ -411,6 +411,10 @@ mod tests {
     /// an earlier call kept isolated for a retry stays isolated (fuzz `ops` found an allocation
     /// served from it).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "thousands of allocations; the other tests cover its unsafe paths"
+    )]
     fn a_failed_offline_leaves_a_range_kept_isolated_before_it_isolated() {
         let spec = with_memoryless(2048);
         let mem = SparseMem::default();
