@@ -63,7 +63,8 @@ pub struct Watermarks {
 pub struct ZoneCounters {
     /// Free pages.
     pub free: u64,
-    /// Pages the zone manages (free or handed out).
+    /// Pages the zone manages: free, handed out, or holding the zone's own metadata
+    /// (`metadata`).
     pub managed: u64,
     /// The watermarks in force.
     pub marks: Watermarks,
@@ -76,6 +77,12 @@ pub struct ZoneCounters {
     /// (`free - reported`) include those outside free blocks of 2 MiB, which are never
     /// reported.
     pub reported: u64,
+    /// Pages of the zone's own memory that its metadata pool took for pageblock arrays and
+    /// planes (the slabs, and the rest of the pool pageblocks they were carved from): managed,
+    /// neither free nor handed out. [`Machine::trim_metadata`](crate::Machine::trim_metadata)
+    /// gives back the ones no slab in use needs. The pool's seeds and the spans' section
+    /// tables lie outside the managed pages.
+    pub metadata: u64,
 }
 
 /// A huge-page pool's page counts
@@ -621,6 +628,7 @@ impl Zone {
             marks: z.marks,
             dirty: z.area.dirty_pages(),
             reported: z.area.reported_pages(),
+            metadata: z.area.metadata_frames(),
         }
     }
 

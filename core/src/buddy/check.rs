@@ -239,7 +239,8 @@ impl FreeArea {
         }
         let (held, held_dirty) = self.scrub_held();
         free += split_free + held;
-        if free != self.free_pages || self.free_pages > self.managed_pages {
+        if free != self.free_pages || self.free_pages + self.metadata_frames() > self.managed_pages
+        {
             return Err(counter);
         }
         let marked = self.marked_dirty() + held_dirty;

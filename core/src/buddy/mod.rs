@@ -519,6 +519,12 @@ impl FreeArea {
         self.meta.bytes() + self.pool_spare * crate::addr::PAGE_SIZE
     }
 
+    /// Frames of the zone's own (managed) memory its metadata holds: the pool's slabs taken
+    /// from the zone and the frames of pool pageblocks no slab uses.
+    pub(crate) fn metadata_frames(&self) -> u64 {
+        self.meta.pool.bytes / crate::addr::PAGE_SIZE + self.pool_spare
+    }
+
     /// Takes a free section off its list for [`FreeArea::host_section`] (marked allocated
     /// meanwhile); `None` if there is none.
     ///
