@@ -26,6 +26,7 @@ pub(crate) use dirty::Got;
 pub(crate) use hot::{HotFrames, LEND_MIN, Lent};
 pub(crate) use offline::Refusal;
 
+use core::ops::Range;
 use core::ptr::NonNull;
 
 use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
@@ -610,8 +611,8 @@ impl FreeArea {
     }
 
     /// Adds a span and frees all its frames, dirty unless `zeroed`: whole sections as 1 GiB
-    /// blocks, the pageblocks of edge sections one by one (merged as they go), edge pageblocks
-    /// as split ones. Costs O(sections + pageblocks of edge sections). The caller checked
+    /// blocks, the whole pageblocks of edge sections as the fewest aligned blocks, edge
+    /// pageblocks as split ones. Costs O(sections + pageblocks of edge sections). The caller checked
     /// [`FreeArea::can_add`].
     pub(crate) fn add_span(
         &mut self,
@@ -642,24 +643,59 @@ impl FreeArea {
                 }
                 continue;
             }
-            for pb in span.section_pbs(s) {
-                let r = PbRef {
-                    span: slot,
-                    index: pb,
-                };
-                if span.pb_is_whole(pb) {
-                    self.meta.update_pb(r, |h| h.flags = flags);
-                    self.free_pages += 1 << PB_SHIFT;
-                    if !zeroed {
-                        self.dirty_pages += 1 << PB_SHIFT;
-                    }
-                    self.merge_big(r, 9);
-                } else {
-                    self.add_edge_pb(r, &span, flags)?;
+            let mut pbs = span.section_pbs(s).peekable();
+            while let Some(pb) = pbs.next() {
+                if !span.pb_is_whole(pb) {
+                    self.add_edge_pb(
+                        PbRef {
+                            span: slot,
+                            index: pb,
+                        },
+                        &span,
+                        flags,
+                    )?;
+                    continue;
                 }
+                let mut end = pb + 1;
+                while pbs
+                    .next_if(|&q| q == end && span.pb_is_whole(q))
+                    .is_some()
+                {
+                    end += 1;
+                }
+                self.add_whole_pbs(slot, &span, pb..end, flags);
             }
         }
         Ok(())
+    }
+
+    /// Frees the whole pageblocks `pbs` of the span in `slot` (within one section), with
+    /// `flags`, as the fewest aligned blocks: the blocks that freeing them one by one would
+    /// merge into, with each tail written once rather than at every merge on the way up.
+    fn add_whole_pbs(&mut self, slot: u8, span: &SpanMeta, pbs: Range<u32>, flags: u8) {
+        let mut pb = pbs.start;
+        while pb < pbs.end {
+            // The largest aligned block starting at `pb` that fits: a half section at most,
+            // as the section is not whole.
+            let number = span.pb_base(pb).get() >> PB_SHIFT;
+            let k = (number.trailing_zeros())
+                .min((pbs.end - pb).ilog2())
+                .min(u32::from(MAX_ORDER) - 1 - PB_SHIFT);
+            let r = PbRef {
+                span: slot,
+                index: pb,
+            };
+            for i in 0..1u32 << k {
+                self.meta.update_pb(Self::pb_plus(r, i), |h| h.flags = flags);
+            }
+            let frames = 1u64 << (k + PB_SHIFT);
+            self.free_pages += frames;
+            if flags & flag::DIRTY != 0 {
+                self.dirty_pages += frames;
+            }
+            self.merge_big(r, (k + PB_SHIFT) as u8);
+            pb += 1 << k;
+        }
     }
 
     /// The span slot and pageblock of `pfn`.

@@ -6,6 +6,7 @@ use std::vec::Vec;
 
 use numaframe_testkit_base::Rng;
 
+use crate::addr::NR_ORDERS;
 use crate::test_util::{SparseMem, Spec, n};
 use crate::*;
 
@@ -683,4 +684,51 @@ fn a_taken_blocks_dirty_part_reads_back_as_given() {
         assert_eq!(one(false), None);
         assert_eq!(one(true), PhysRange::new(Pfn::new(pfn), Pfn::new(pfn + 1)));
     }
+}
+
+/// The fewest aligned blocks of whole pageblocks `run` (pageblock numbers) splits into, by
+/// order, none larger than half a section: how a buddy holds that free memory once merged.
+fn aligned_blocks(run: std::ops::Range<u64>, counts: &mut [u64; NR_ORDERS]) {
+    let mut pb = run.start;
+    while pb < run.end {
+        let k = (0..=8u32)
+            .rev()
+            .find(|&k| pb.is_multiple_of(1 << k) && pb + (1 << k) <= run.end)
+            .unwrap_or(0);
+        counts[9 + k as usize] += 1;
+        pb += 1 << k;
+    }
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of pageblocks (Miri checks the metadata's unsafe code in the meta tests)"
+)]
+fn a_boots_free_pageblocks_of_edge_sections_are_the_fewest_aligned_blocks() {
+    // Two edge sections and no whole one: neither boot nor taking its pageblocks needs an
+    // array from the pool, so taking every order-9 block of a twin names the free ones.
+    let start = (5u64 << 18) + 3 * 512 + 100;
+    let end = (7u64 << 18) - 5 * 512 - 7;
+    let spec = Spec::uniform(1, end - start, start);
+    let (mem, twin_mem) = (SparseMem::default(), SparseMem::default());
+    let (m, twin) = (spec.boot(&mem), spec.boot(&twin_mem));
+    let mut free: Vec<u64> =
+        core::iter::from_fn(|| twin.alloc(n(0), Order::new(9), AllocFlags::empty()))
+            .map(|p| p.get() >> 9)
+            .collect();
+    free.sort_unstable();
+    assert!(free.len() > 600, "only {} free pageblocks", free.len());
+    let mut expected = [0u64; NR_ORDERS];
+    let mut i = 0;
+    while i < free.len() {
+        let mut j = i + 1;
+        while j < free.len() && free[j] == free[j - 1] + 1 && !free[j].is_multiple_of(512) {
+            j += 1;
+        }
+        aligned_blocks(free[i]..free[j - 1] + 1, &mut expected);
+        i = j;
+    }
+    let got = m.node(n(0)).unwrap().zone(ZoneKind::Normal).buddyinfo();
+    assert_eq!(got[9..], expected[9..]);
 }
