@@ -20,7 +20,7 @@
 //! their frames outside the span are marked allocated and never change. Their arrays come from
 //! the span's own end, so splitting them needs nothing from the pool.
 
-use core::mem::{align_of, size_of};
+use core::mem::{MaybeUninit, align_of, size_of};
 use core::ptr::NonNull;
 
 use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
@@ -98,7 +98,8 @@ pub(crate) const SECTION_LISTS: usize = (SECTION_SHIFT - PB_SHIFT) as usize;
 
 /// One section. Invariants: it has a pageblock array exactly when the state is `Split`;
 /// `next`/`prev` link the section on its zone's order-18 free list while it is `Free`, and in
-/// its zone's section bucket for `free_pbs` while it is `Split` with free pageblocks.
+/// its zone's section bucket for `free_pbs` while it is `Split` with free pageblocks. The heads
+/// of a split section's free lists lie apart, in its [`Cold`] part ([`Heads`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Section {
     pub(crate) state: SectionState,
@@ -109,20 +110,41 @@ pub(crate) struct Section {
     pub(crate) first_dirty: u16,
     pub(crate) next: u32,
     pub(crate) prev: u32,
-    /// While split: the heads of its free lists of whole-pageblock blocks, orders 9..=17.
-    pub(crate) heads: [u32; SECTION_LISTS],
     /// While split: the pageblocks in those blocks.
     pub(crate) free_pbs: u16,
     /// While split: its pageblocks split below 2 MiB (lent ones and edges included).
     pub(crate) split_pbs: u16,
 }
 
-/// A section's cell: the section, and the array handle only this module follows.
+/// The heads of a split section's free lists of whole-pageblock blocks, orders 9..=17.
+pub(crate) type Heads = [u32; SECTION_LISTS];
+
+/// A section's cell, written for every section of a span when it is laid out: the section, and
+/// where its pageblock array lies (only this module follows it). `array` is `Some` exactly when
+/// the section has an array, and then, and only then, the section's [`Cold`] part is
+/// initialised.
 #[derive(Debug)]
 struct SectionCell {
     section: Section,
-    pbs: Option<ArrayRef>,
+    array: Option<Array>,
+    len: u16,
 }
+
+/// What only a section with an array needs, in a table of its own that is written when the
+/// section gets an array: the pages of the table that cover sections never split are never
+/// written, so a boot writes 32 bytes per GiB of section table rather than 96 (a 12 TiB span
+/// 384 KiB rather than 1.1 MiB).
+#[derive(Debug)]
+struct Cold {
+    origin: Origin,
+    heads: Heads,
+}
+
+/// A [`Cold`] part's slot: initialised while its section's cell has an array.
+type ColdSlot = MaybeUninit<UnsafeCell<Cold>>;
+
+/// Where a pageblock array lies.
+type Array = NonNull<UnsafeCell<PbCell>>;
 
 /// The state of a pageblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,6 +324,8 @@ pub(crate) struct SpanMeta {
     /// The frames of the span's region (its section table, edge arrays and pool seed).
     pub(crate) region: PhysRange,
     sections: NonNull<UnsafeCell<SectionCell>>,
+    /// The [`Cold`] parts, one slot per section after the section table.
+    cold: NonNull<ColdSlot>,
     nsec: u32,
     /// Pageblocks of the span (every header lookup checks against it).
     npb: u32,
@@ -358,20 +382,25 @@ fn seed_bytes() -> u64 {
 /// Bytes of the region a span over `range` needs: the pool's seed, its section table and the
 /// arrays of its edge sections, with alignment slack.
 pub(crate) fn region_bytes(range: PhysRange) -> u64 {
-    let sections = count(range, SECTION_SHIFT) * size_of::<UnsafeCell<SectionCell>>() as u64;
     let edges: u64 = edge_sections(range)
         .map(|s| pbs_in_section(range, s) * size_of::<UnsafeCell<PbCell>>() as u64)
         .sum();
-    seed_bytes() + sections + edges + 2 * align_of::<UnsafeCell<PbCell>>() as u64
+    seed_bytes() + table_bytes(range) + edges + 2 * align_of::<UnsafeCell<PbCell>>() as u64
 }
 
 /// Bytes of region enough for a span over any part of `range` that starts where `range` starts:
 /// cutting frames off its end (for its own region, or for the machine's tables) can turn its
 /// last section into an edge one, which needs an array.
 pub(crate) fn region_bytes_bound(range: PhysRange) -> u64 {
-    let sections = count(range, SECTION_SHIFT) * size_of::<UnsafeCell<SectionCell>>() as u64;
     let edge = (PBS_PER_SECTION * size_of::<UnsafeCell<PbCell>>()) as u64;
-    seed_bytes() + sections + 2 * edge + 2 * align_of::<UnsafeCell<PbCell>>() as u64
+    seed_bytes() + table_bytes(range) + 2 * edge + 2 * align_of::<UnsafeCell<PbCell>>() as u64
+}
+
+/// Bytes of a span's section table over `range` and the table of its cold parts after it, with
+/// the alignment slack of the second.
+fn table_bytes(range: PhysRange) -> u64 {
+    let per = size_of::<UnsafeCell<SectionCell>>() + size_of::<ColdSlot>();
+    count(range, SECTION_SHIFT) * per as u64 + align_of::<ColdSlot>() as u64
 }
 
 /// The seed slabs of a span's region, for its zone's pool.
@@ -400,8 +429,17 @@ impl SpanMeta {
         let sections =
             unsafe { region.add(seed_bytes() as usize) }.cast::<UnsafeCell<SectionCell>>();
         // SAFETY: the section table ends inside the region (`region_bytes`).
-        let mut cursor = unsafe { sections.add(nsec as usize) }.cast::<u8>();
-        let mut edges: [Option<(u64, ArrayRef)>; 2] = [None, None];
+        let end = unsafe { sections.add(nsec as usize) }.cast::<u8>();
+        let offset =
+            end.as_ptr().addr().next_multiple_of(align_of::<ColdSlot>()) - end.as_ptr().addr();
+        // SAFETY: `region_bytes` counted the alignment slack and a slot per section after the
+        // section table (`table_bytes`). The slots stay unwritten until their section gets an
+        // array.
+        let cold = unsafe { end.add(offset) }.cast::<ColdSlot>();
+        // SAFETY: as above.
+        let mut cursor = unsafe { cold.add(nsec as usize) }.cast::<u8>();
+        // Each edge section, with its array and the array's length.
+        let mut edges: [Option<(u64, Array, u16)>; 2] = [None, None];
         for (slot, s) in edges.iter_mut().zip(edge_sections(range)) {
             let len = pbs_in_section(range, s) as usize;
             let align = align_of::<UnsafeCell<PbCell>>();
@@ -422,25 +460,25 @@ impl SpanMeta {
                     }))
                 };
             }
-            *slot = Some((
-                s,
-                ArrayRef {
-                    ptr,
-                    len: len as u16,
+            // SAFETY: `s < nsec`: the slot lies in the region (see above).
+            unsafe {
+                cold.add(s as usize).as_mut().write(UnsafeCell::new(Cold {
                     origin: Origin::Section,
-                },
-            ));
+                    heads: [NIL; SECTION_LISTS],
+                }))
+            };
+            *slot = Some((s, ptr, len as u16));
             // SAFETY: one past the array, still inside (or at the end of) the region.
             cursor = unsafe { ptr.add(len) }.cast::<u8>();
         }
         for s in 0..u64::from(nsec) {
-            let pbs = edges
+            let (array, len) = edges
                 .iter()
                 .flatten()
-                .find(|(e, _)| *e == s)
-                .map(|(_, a)| *a);
+                .find(|(e, ..)| *e == s)
+                .map_or((None, 0), |&(_, ptr, len)| (Some(ptr), len));
             let section = Section {
-                state: if pbs.is_some() {
+                state: if array.is_some() {
                     SectionState::Split
                 } else {
                     SectionState::Allocated(Use::Normal)
@@ -449,15 +487,16 @@ impl SpanMeta {
                 first_dirty: 0,
                 next: NIL,
                 prev: NIL,
-                heads: [NIL; SECTION_LISTS],
                 free_pbs: 0,
                 split_pbs: 0,
             };
             // SAFETY: `s < nsec`, inside the table at the start of the region (see above).
             unsafe {
-                sections
-                    .add(s as usize)
-                    .write(UnsafeCell::new(SectionCell { section, pbs }))
+                sections.add(s as usize).write(UnsafeCell::new(SectionCell {
+                    section,
+                    array,
+                    len,
+                }))
             };
         }
         Some((
@@ -465,6 +504,7 @@ impl SpanMeta {
                 range,
                 region: meta,
                 sections,
+                cold,
                 nsec,
                 npb: count(range, PB_SHIFT) as u32,
             },
@@ -1363,24 +1403,62 @@ impl ZoneMeta {
         Some(unsafe { span.sections.add(s.index as usize).as_ref() })
     }
 
+    /// Section `s`'s cold part, if the section has an array (else the slot may be unwritten).
+    fn cold(&self, s: SecRef) -> Option<&UnsafeCell<Cold>> {
+        let span = self.span(s.span)?;
+        // SAFETY: as in `section_cell_copy`.
+        self.section_cell(s)?.with(|p| unsafe { (*p).array })?;
+        // SAFETY: `section_cell` checked `s.index < nsec`, so the slot lies in the span's cold
+        // table (`SpanMeta::map`); the cell has an array, so the slot is initialised (see
+        // `SectionCell`), and it stays so while `&self` excludes writers.
+        Some(unsafe { span.cold.add(s.index as usize).as_ref().assume_init_ref() })
+    }
+
     fn section_cell_copy(&self, s: SecRef) -> Option<(Section, Option<ArrayRef>)> {
         // SAFETY: `&self` borrows the zone's locked metadata, so no write to the cell runs
         // meanwhile (writes take `&mut self`).
-        self.section_cell(s)
-            .map(|c| c.with(|p| unsafe { ((*p).section, (*p).pbs) }))
+        let (section, array, len) = self
+            .section_cell(s)?
+            .with(|p| unsafe { ((*p).section, (*p).array, (*p).len) });
+        let pbs = match array {
+            Some(ptr) => {
+                // SAFETY: as above.
+                let origin = self.cold(s)?.with(|c| unsafe { (*c).origin });
+                Some(ArrayRef { ptr, len, origin })
+            }
+            None => None,
+        };
+        Some((section, pbs))
+    }
+
+    /// The heads of split section `s`'s free lists (`None` if it has no array).
+    pub(crate) fn section_heads(&self, s: SecRef) -> Option<Heads> {
+        // SAFETY: as in `section_cell_copy`.
+        self.cold(s).map(|c| c.with(|p| unsafe { (*p).heads }))
+    }
+
+    /// Runs `f` on split section `s` and its heads where they lie (`None` if it has no array),
+    /// for the callers that read a field or two: a copy of the whole entry costs more.
+    pub(crate) fn with_split<R>(
+        &self,
+        s: SecRef,
+        f: impl FnOnce(&Section, &Heads) -> R,
+    ) -> Option<R> {
+        let cold = self.cold(s)?;
+        self.section_cell(s).map(|c| {
+            c.with(|p| {
+                cold.with(|h| {
+                    // SAFETY: as in `section_cell_copy`, for the cell and its cold part alike.
+                    let (x, heads) = unsafe { (&(*p).section, &(*h).heads) };
+                    f(x, heads)
+                })
+            })
+        })
     }
 
     /// A copy of section `s`.
     pub(crate) fn section(&self, s: SecRef) -> Option<Section> {
         self.section_cell_copy(s).map(|(sec, _)| sec)
-    }
-
-    /// Runs `f` on section `s` where it lies, for the callers that read a field or two: a copy
-    /// of the whole entry costs more than the fields.
-    pub(crate) fn with_section<R>(&self, s: SecRef, f: impl FnOnce(&Section) -> R) -> Option<R> {
-        // SAFETY: as in `section_cell_copy`.
-        self.section_cell(s)
-            .map(|c| c.with(|p| f(unsafe { &(*p).section })))
     }
 
     /// Changes section `s` through `f`.
@@ -1393,6 +1471,27 @@ impl ZoneMeta {
         // access to the cell while `f` runs.
         self.section_cell(s)
             .map(|c| c.with_mut(|p| f(unsafe { &mut (*p).section })))
+    }
+
+    /// Changes section `s` through `f`, with its heads if it has an array.
+    pub(crate) fn update_split<R>(
+        &mut self,
+        s: SecRef,
+        f: impl FnOnce(&mut Section, Option<&mut Heads>) -> R,
+    ) -> Option<R> {
+        let Some(cold) = self.cold(s) else {
+            return self.update_section(s, |x| f(x, None));
+        };
+        self.section_cell(s).map(|c| {
+            c.with_mut(|p| {
+                cold.with_mut(|h| {
+                    // SAFETY: as in `update_section`, for the cell and its cold part (a
+                    // distinct object) alike.
+                    let (x, heads) = unsafe { (&mut (*p).section, &mut (*h).heads) };
+                    f(x, Some(heads))
+                })
+            })
+        })
     }
 
     /// Gives section `s` a pageblock array (from the pool) with every header `template`, and
@@ -1483,11 +1582,34 @@ impl ZoneMeta {
         }
     }
 
+    /// Gives section `s` the array `pbs` (its heads stay if it had one, else start empty), or
+    /// takes its array away.
     fn set_section_array(&mut self, s: SecRef, pbs: Option<ArrayRef>) {
-        if let Some(c) = self.section_cell(s) {
+        let (Some(span), Some(c)) = (self.span(s.span), self.section_cell(s)) else {
+            return;
+        };
+        match (pbs, self.cold(s)) {
             // SAFETY: `&mut self` is exclusive access to the zone's metadata.
-            c.with_mut(|p| unsafe { (*p).pbs = pbs });
+            (Some(a), Some(cold)) => cold.with_mut(|p| unsafe { (*p).origin = a.origin }),
+            // SAFETY: `section_cell` checked `s.index < nsec`, so the slot lies in the span's
+            // cold table; the cell has no array, so nothing refers to the slot, and `&mut self`
+            // excludes every other access.
+            (Some(a), None) => unsafe {
+                span.cold
+                    .add(s.index as usize)
+                    .as_mut()
+                    .write(UnsafeCell::new(Cold {
+                        origin: a.origin,
+                        heads: [NIL; SECTION_LISTS],
+                    }));
+            },
+            (None, _) => {}
         }
+        // SAFETY: `&mut self` is exclusive access to the zone's metadata.
+        c.with_mut(|p| unsafe {
+            (*p).array = pbs.map(|a| a.ptr);
+            (*p).len = pbs.map_or(0, |a| a.len);
+        });
     }
 
     fn pb_cell(&self, r: PbRef) -> Option<&UnsafeCell<PbCell>> {
@@ -1504,7 +1626,7 @@ impl ZoneMeta {
                 span: r.span,
                 index: s,
             })?
-            .with(|p| unsafe { (*p).pbs.as_ref().map(|a| (a.ptr, a.len)) })?;
+            .with(|p| unsafe { (*p).array.map(|a| (a, (*p).len)) })?;
         if i >= usize::from(len) {
             return None;
         }
@@ -2752,5 +2874,54 @@ mod tests {
                 frames((100 << 9) + 8, array_pages as u64)
             ]
         );
+    }
+
+    /// A span's cold table is written only for sections with an array: boot leaves the slots
+    /// of whole sections as the memory was, and a section split again after it joined starts
+    /// with empty lists, whatever its slot held.
+    #[test]
+    fn only_sections_with_an_array_write_their_cold_part() {
+        use crate::test_util::SparseMem;
+        let g = 1u64 << 18;
+        // Section 0 is an edge one, 1 and 2 are whole.
+        let range = frames(4 * g + 3 * 512, 3 * g - 3 * 512);
+        let region = frames(8 * g, region_bytes(range).div_ceil(PAGE_SIZE));
+        let mem = SparseMem::default();
+        let (span, seed) = SpanMeta::map(&mem, range, region).unwrap();
+        let cold = span.cold;
+        let mut zm = ZoneMeta::default();
+        let slot = zm.add(span, seed).unwrap();
+        let sec = |index| SecRef { span: slot, index };
+        let untouched = |i: usize| {
+            // SAFETY: slot `i < nsec` lies in the region, mapped and filled by `SparseMem`
+            // (with its garbage byte where nothing wrote).
+            let bytes = unsafe {
+                core::slice::from_raw_parts(
+                    cold.add(i).cast::<u8>().as_ptr(),
+                    size_of::<ColdSlot>(),
+                )
+            };
+            bytes.iter().all(|&b| b == 0xa5)
+        };
+        assert_eq!(zm.section_heads(sec(0)), Some([NIL; SECTION_LISTS]));
+        assert!(!untouched(0));
+        for i in [1, 2] {
+            assert_eq!(zm.section_heads(sec(i)), None);
+            assert!(untouched(i as usize), "section {i}'s cold slot was written");
+        }
+        // The seed's array splits section 1; a head set there is gone once it joins and
+        // splits again.
+        zm.split_section(sec(1), PbHeader::NEW, Need::Normal)
+            .unwrap();
+        assert_eq!(zm.section_heads(sec(1)), Some([NIL; SECTION_LISTS]));
+        zm.update_split(sec(1), |_, heads| heads.unwrap()[3] = 42);
+        assert_eq!(zm.section_heads(sec(1)).unwrap()[3], 42);
+        zm.join_section(sec(1), SectionState::Free);
+        assert_eq!(zm.section_heads(sec(1)), None);
+        assert!(zm.update_split(sec(1), |_, heads| heads.is_none()).unwrap());
+        zm.split_section(sec(1), PbHeader::NEW, Need::Normal)
+            .unwrap();
+        assert_eq!(zm.section_heads(sec(1)), Some([NIL; SECTION_LISTS]));
+        assert!(untouched(2));
     }
 }

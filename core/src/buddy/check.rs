@@ -5,7 +5,9 @@ use super::{BANDS, Big, FreeArea, PLAIN, SEC_BUCKETS, SMALL};
 use crate::addr::{MAX_ORDER, NR_ORDERS, Order, Pfn};
 use crate::bitmap::{FRAMES, Plane};
 use crate::error::InvariantError;
-use crate::meta::{Class, NIL, PB_SHIFT, PbRef, PbState, SecRef, SectionState, Use, Which};
+use crate::meta::{
+    Class, NIL, PB_SHIFT, PbRef, PbState, SECTION_LISTS, SecRef, SectionState, Use, Which,
+};
 use crate::topology::NodeId;
 
 /// What one pageblock is doing, for occupancy maps and `/proc/pagetypeinfo`-style counts.
@@ -169,8 +171,9 @@ impl FreeArea {
                 };
                 let before: u64 = found.iter().sum::<u64>();
                 let mut pbs = 0u64;
+                let heads = self.meta.section_heads(s).unwrap_or([NIL; SECTION_LISTS]);
                 for k in PB_SHIFT as u8..MAX_ORDER {
-                    let n = self.walk_list(k, x.heads[Self::list(k)], &mut found)?;
+                    let n = self.walk_list(k, heads[Self::list(k)], &mut found)?;
                     pbs += n << (k - PB_SHIFT as u8);
                 }
                 let listed = found.iter().sum::<u64>() - before;

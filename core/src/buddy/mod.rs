@@ -33,7 +33,7 @@ use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Occupancy, Plane};
 use crate::error::FreeError;
 use crate::meta::{
-    Class, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, SecRef, Section,
+    Class, Heads, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, SecRef, Section,
     SectionState, Seed, Short, SpanMeta, Use, Which, ZoneMeta, flag, section_is_whole,
 };
 
@@ -657,10 +657,7 @@ impl FreeArea {
                     continue;
                 }
                 let mut end = pb + 1;
-                while pbs
-                    .next_if(|&q| q == end && span.pb_is_whole(q))
-                    .is_some()
-                {
+                while pbs.next_if(|&q| q == end && span.pb_is_whole(q)).is_some() {
                     end += 1;
                 }
                 self.add_whole_pbs(slot, &span, pb..end, flags);
@@ -686,7 +683,8 @@ impl FreeArea {
                 index: pb,
             };
             for i in 0..1u32 << k {
-                self.meta.update_pb(Self::pb_plus(r, i), |h| h.flags = flags);
+                self.meta
+                    .update_pb(Self::pb_plus(r, i), |h| h.flags = flags);
             }
             let frames = 1u64 << (k + PB_SHIFT);
             self.free_pages += frames;
@@ -821,17 +819,21 @@ impl FreeArea {
         (x.free_pbs > 0).then(|| (Self::sec_set(x), Self::sec_bucket(x.free_pbs)))
     }
 
-    /// Changes split section `s` through `f`, moving it to the bucket its counts then call for.
-    /// `f` runs on the entry in place; its old and new bucket neighbours are touched only if it
-    /// changes buckets.
-    fn sec_update<R>(&mut self, s: SecRef, f: impl FnOnce(&mut Section) -> R) -> Option<R> {
+    /// Changes split section `s` through `f` (with its heads), moving it to the bucket its
+    /// counts then call for. `f` runs on the entry in place; its old and new bucket neighbours
+    /// are touched only if it changes buckets.
+    fn sec_update<R>(
+        &mut self,
+        s: SecRef,
+        f: impl FnOnce(&mut Section, Option<&mut Heads>) -> R,
+    ) -> Option<R> {
         if self.isolated(s.span) {
             // In no bucket while isolated.
-            return self.meta.update_section(s, f);
+            return self.meta.update_split(s, f);
         }
-        let (r, was, now, next, prev) = self.meta.update_section(s, |x| {
+        let (r, was, now, next, prev) = self.meta.update_split(s, |x, heads| {
             let was = Self::sec_key(x);
-            let r = f(x);
+            let r = f(x, heads);
             let now = Self::sec_key(x);
             let links = (x.next, x.prev);
             if was != now {
@@ -861,7 +863,7 @@ impl FreeArea {
     /// Counts pageblock `r` as split below 2 MiB (`true`) or no longer (`false`) in its section.
     pub(super) fn count_split(&mut self, r: PbRef, split: bool) {
         if let Some(s) = self.sec_of(r) {
-            self.sec_update(s, |x| {
+            self.sec_update(s, |x, _| {
                 x.split_pbs = if split {
                     x.split_pbs + 1
                 } else {
@@ -917,10 +919,11 @@ impl FreeArea {
                 };
                 let k = Self::list(order);
                 let head = self
-                    .sec_update(s, |x| {
+                    .sec_update(s, |x, heads| {
                         x.free_pbs += 1 << (order - PB_SHIFT as u8);
-                        core::mem::replace(&mut x.heads[k], r.pack())
+                        heads.map(|h| core::mem::replace(&mut h[k], r.pack()))
                     })
+                    .flatten()
                     .unwrap_or(NIL);
                 for i in 1..1u32 << (order - PB_SHIFT as u8) {
                     self.meta.update_pb(Self::pb_plus(r, i), |h| {
@@ -971,9 +974,11 @@ impl FreeArea {
                 if let Some(n) = PbRef::unpack(next) {
                     self.meta.update_pb(n, |x| x.prev = prev);
                 }
-                self.sec_update(s, |x| {
-                    if prev == NIL {
-                        x.heads[k] = next;
+                self.sec_update(s, |x, heads| {
+                    if prev == NIL
+                        && let Some(h) = heads
+                    {
+                        h[k] = next;
                     }
                     x.free_pbs -= 1 << (order - PB_SHIFT as u8);
                 });
@@ -1011,9 +1016,9 @@ impl FreeArea {
         while let Some(b) = self.sections[set].nonempty.next_set(from) {
             let mut cur = self.sections[set].heads[b];
             while let Some(s) = SecRef::unpack(cur) {
-                let (found, next) = self.meta.with_section(s, |x| {
-                    let k = (order..MAX_ORDER).find(|&k| x.heads[Self::list(k)] != NIL);
-                    (k.map(|k| (x.heads[Self::list(k)], k)), x.next)
+                let (found, next) = self.meta.with_split(s, |x, heads| {
+                    let k = (order..MAX_ORDER).find(|&k| heads[Self::list(k)] != NIL);
+                    (k.map(|k| (heads[Self::list(k)], k)), x.next)
                 })?;
                 if let Some((head, k)) = found {
                     return PbRef::unpack(head).map(|r| (r, k));

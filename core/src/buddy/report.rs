@@ -176,8 +176,8 @@ impl FreeArea {
                 for k in order.max(PB_SHIFT as u8)..MAX_ORDER {
                     let mut cur = self
                         .meta
-                        .section(s)
-                        .map_or(crate::meta::NIL, |y| y.heads[Self::list(k)]);
+                        .section_heads(s)
+                        .map_or(crate::meta::NIL, |h| h[Self::list(k)]);
                     while let Some(r) = PbRef::unpack(cur) {
                         if n == out.len() || !room(self, k) {
                             return n;
