@@ -358,7 +358,9 @@ impl<'a> Layout<'a> {
             // Relaxed: read under the sequence count; a torn count is bounded by the table.
             let spans = l.spans.load(Ordering::Relaxed).min(l.index.len());
             let live = &l.index[..spans];
-            let i = live.partition_point(|s| s.load().is_some_and(|(r, _, _)| r.end() <= pfn));
+            // The spans are sorted and disjoint, so their ends are sorted too: the search
+            // reads one field a probe, and only the slot it lands on whole.
+            let i = live.partition_point(|s| s.end.load(Ordering::Relaxed) <= pfn.get());
             let (range, node, zone) = live.get(i)?.load()?;
             range.contains(pfn).then_some(SpanRef { range, node, zone })
         })
