@@ -81,7 +81,7 @@ pub(crate) enum SectionState {
     Free,
     /// One allocated 1 GiB block.
     Allocated(Use),
-    /// Described pageblock by pageblock, by the array in `pbs`.
+    /// Described pageblock by pageblock, by its pageblock array.
     Split,
 }
 
@@ -121,8 +121,8 @@ pub(crate) type Heads = [u32; SECTION_LISTS];
 
 /// A section's cell, written for every section of a span when it is laid out: the section, and
 /// where its pageblock array lies (only this module follows it). `array` is `Some` exactly when
-/// the section has an array, and then, and only then, the section's [`Cold`] part is
-/// initialised.
+/// the section has an array; the section's [`Cold`] part is written when it gets one, and may
+/// be read only while it has one (before, its slot may hold anything; after, what it last held).
 #[derive(Debug)]
 struct SectionCell {
     section: Section,
@@ -321,7 +321,8 @@ pub(crate) const ARRAY_BYTES: usize = PBS_PER_SECTION * size_of::<UnsafeCell<PbC
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SpanMeta {
     pub(crate) range: PhysRange,
-    /// The frames of the span's region (its section table, edge arrays and pool seed).
+    /// The frames of the span's region (its pool seed, section table, cold table and edge
+    /// arrays).
     pub(crate) region: PhysRange,
     sections: NonNull<UnsafeCell<SectionCell>>,
     /// The [`Cold`] parts, one slot per section after the section table.
@@ -379,8 +380,8 @@ fn seed_bytes() -> u64 {
     SEED.iter().map(|s| Pool::slab_frames(*s) * PAGE_SIZE).sum()
 }
 
-/// Bytes of the region a span over `range` needs: the pool's seed, its section table and the
-/// arrays of its edge sections, with alignment slack.
+/// Bytes of the region a span over `range` needs: the pool's seed, its section table and cold
+/// table, and the arrays of its edge sections, with alignment slack.
 pub(crate) fn region_bytes(range: PhysRange) -> u64 {
     let edges: u64 = edge_sections(range)
         .map(|s| pbs_in_section(range, s) * size_of::<UnsafeCell<PbCell>>() as u64)
@@ -1403,15 +1404,27 @@ impl ZoneMeta {
         Some(unsafe { span.sections.add(s.index as usize).as_ref() })
     }
 
-    /// Section `s`'s cold part, if the section has an array (else the slot may be unwritten).
-    fn cold(&self, s: SecRef) -> Option<&UnsafeCell<Cold>> {
+    /// Section `s`'s cell, and its cold part if the section has an array (else the slot may
+    /// be unwritten), in one lookup.
+    fn section_cells(
+        &self,
+        s: SecRef,
+    ) -> Option<(&UnsafeCell<SectionCell>, Option<&UnsafeCell<Cold>>)> {
         let span = self.span(s.span)?;
+        let cell = self.section_cell(s)?;
         // SAFETY: as in `section_cell_copy`.
-        self.section_cell(s)?.with(|p| unsafe { (*p).array })?;
+        let split = cell.with(|p| unsafe { (*p).array.is_some() });
         // SAFETY: `section_cell` checked `s.index < nsec`, so the slot lies in the span's cold
-        // table (`SpanMeta::map`); the cell has an array, so the slot is initialised (see
-        // `SectionCell`), and it stays so while `&self` excludes writers.
-        Some(unsafe { span.cold.add(s.index as usize).as_ref().assume_init_ref() })
+        // table (`SpanMeta::map`); the cell has an array, so the slot was written when it got
+        // it (see `SectionCell`), and it stays so while `&self` excludes writers.
+        let cold =
+            split.then(|| unsafe { span.cold.add(s.index as usize).as_ref().assume_init_ref() });
+        Some((cell, cold))
+    }
+
+    /// Section `s`'s cold part, if the section has an array.
+    fn cold(&self, s: SecRef) -> Option<&UnsafeCell<Cold>> {
+        self.section_cells(s)?.1
     }
 
     fn section_cell_copy(&self, s: SecRef) -> Option<(Section, Option<ArrayRef>)> {
@@ -1444,16 +1457,15 @@ impl ZoneMeta {
         s: SecRef,
         f: impl FnOnce(&Section, &Heads) -> R,
     ) -> Option<R> {
-        let cold = self.cold(s)?;
-        self.section_cell(s).map(|c| {
-            c.with(|p| {
-                cold.with(|h| {
-                    // SAFETY: as in `section_cell_copy`, for the cell and its cold part alike.
-                    let (x, heads) = unsafe { (&(*p).section, &(*h).heads) };
-                    f(x, heads)
-                })
+        let (cell, cold) = self.section_cells(s)?;
+        let cold = cold?;
+        Some(cell.with(|p| {
+            cold.with(|h| {
+                // SAFETY: as in `section_cell_copy`, for the cell and its cold part alike.
+                let (x, heads) = unsafe { (&(*p).section, &(*h).heads) };
+                f(x, heads)
             })
-        })
+        }))
     }
 
     /// A copy of section `s`.
@@ -1479,19 +1491,17 @@ impl ZoneMeta {
         s: SecRef,
         f: impl FnOnce(&mut Section, Option<&mut Heads>) -> R,
     ) -> Option<R> {
-        let Some(cold) = self.cold(s) else {
-            return self.update_section(s, |x| f(x, None));
-        };
-        self.section_cell(s).map(|c| {
-            c.with_mut(|p| {
-                cold.with_mut(|h| {
-                    // SAFETY: as in `update_section`, for the cell and its cold part (a
-                    // distinct object) alike.
-                    let (x, heads) = unsafe { (&mut (*p).section, &mut (*h).heads) };
-                    f(x, Some(heads))
-                })
-            })
-        })
+        let (cell, cold) = self.section_cells(s)?;
+        Some(cell.with_mut(|p| match cold {
+            Some(c) => c.with_mut(|h| {
+                // SAFETY: as in `update_section`, for the cell and its cold part (a distinct
+                // object) alike.
+                let (x, heads) = unsafe { (&mut (*p).section, &mut (*h).heads) };
+                f(x, Some(heads))
+            }),
+            // SAFETY: as in `update_section`.
+            None => f(unsafe { &mut (*p).section }, None),
+        }))
     }
 
     /// Gives section `s` a pageblock array (from the pool) with every header `template`, and

@@ -920,6 +920,7 @@ impl FreeArea {
                 let k = Self::list(order);
                 let head = self
                     .sec_update(s, |x, heads| {
+                        debug_assert!(heads.is_some(), "a block pushed in a section unsplit");
                         x.free_pbs += 1 << (order - PB_SHIFT as u8);
                         heads.map(|h| core::mem::replace(&mut h[k], r.pack()))
                     })
