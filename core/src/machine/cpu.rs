@@ -148,11 +148,7 @@ impl<'a> Machine<'a> {
         // With caching off, the zone's free does what the cache's would (a frame of a
         // pageblock a cache still holds goes to that cache's state), without the cache lock.
         if order != Order::ZERO || self.caches.off() {
-            return if dirty {
-                self.free(pfn, order)
-            } else {
-                self.free_clean(pfn, order)
-            };
+            return self.free_uncached(pfn, order, dirty);
         }
         self.caches.free(
             cpu,
@@ -162,6 +158,17 @@ impl<'a> Machine<'a> {
             dirty,
             self.poison(),
         )
+    }
+
+    /// [`Machine::free_cpu_as`] of a block no cache takes: kept out of line, so that the
+    /// zone's free path inlined here does not cost the cached path its registers.
+    #[inline(never)]
+    fn free_uncached(&self, pfn: Pfn, order: Order, dirty: bool) -> Result<(), FreeError> {
+        if dirty {
+            self.free(pfn, order)
+        } else {
+            self.free_clean(pfn, order)
+        }
     }
 
     /// Gives every frame in `cpu`'s cache back to its zone (CPU hotplug, or a remote drain).
