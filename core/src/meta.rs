@@ -146,6 +146,22 @@ type ColdSlot = MaybeUninit<UnsafeCell<Cold>>;
 /// Where a pageblock array lies.
 type Array = NonNull<UnsafeCell<PbCell>>;
 
+/// Writes a fresh cold part into `slot` for a section that gets an array from `origin`: its
+/// free lists start empty, whatever the slot held.
+///
+/// # Safety
+/// `slot` must be a slot of a span's cold table whose section has no array (so nothing refers
+/// to the slot), with no other access to it meanwhile.
+unsafe fn open_cold(slot: NonNull<ColdSlot>, origin: Origin) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        slot.as_ptr().write(MaybeUninit::new(UnsafeCell::new(Cold {
+            origin,
+            heads: [NIL; SECTION_LISTS],
+        })))
+    };
+}
+
 /// The state of a pageblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -461,13 +477,9 @@ impl SpanMeta {
                     }))
                 };
             }
-            // SAFETY: `s < nsec`: the slot lies in the region (see above).
-            unsafe {
-                cold.add(s as usize).as_mut().write(UnsafeCell::new(Cold {
-                    origin: Origin::Section,
-                    heads: [NIL; SECTION_LISTS],
-                }))
-            };
+            // SAFETY: `s < nsec`: the slot lies in the region (see above), which nothing else
+            // sees yet.
+            unsafe { open_cold(cold.add(s as usize), Origin::Section) };
             *slot = Some((s, ptr, len as u16));
             // SAFETY: one past the array, still inside (or at the end of) the region.
             cursor = unsafe { ptr.add(len) }.cast::<u8>();
@@ -1428,19 +1440,16 @@ impl ZoneMeta {
     }
 
     fn section_cell_copy(&self, s: SecRef) -> Option<(Section, Option<ArrayRef>)> {
+        let (cell, cold) = self.section_cells(s)?;
         // SAFETY: `&self` borrows the zone's locked metadata, so no write to the cell runs
         // meanwhile (writes take `&mut self`).
-        let (section, array, len) = self
-            .section_cell(s)?
-            .with(|p| unsafe { ((*p).section, (*p).array, (*p).len) });
-        let pbs = match array {
-            Some(ptr) => {
-                // SAFETY: as above.
-                let origin = self.cold(s)?.with(|c| unsafe { (*c).origin });
-                Some(ArrayRef { ptr, len, origin })
-            }
-            None => None,
-        };
+        let (section, array, len) = cell.with(|p| unsafe { ((*p).section, (*p).array, (*p).len) });
+        let pbs = array.zip(cold).map(|(ptr, c)| ArrayRef {
+            ptr,
+            len,
+            // SAFETY: as above, for the cold part.
+            origin: c.with(|p| unsafe { (*p).origin }),
+        });
         Some((section, pbs))
     }
 
@@ -1595,24 +1604,16 @@ impl ZoneMeta {
     /// Gives section `s` the array `pbs` (its heads stay if it had one, else start empty), or
     /// takes its array away.
     fn set_section_array(&mut self, s: SecRef, pbs: Option<ArrayRef>) {
-        let (Some(span), Some(c)) = (self.span(s.span), self.section_cell(s)) else {
+        let (Some(span), Some((c, cold))) = (self.span(s.span), self.section_cells(s)) else {
             return;
         };
-        match (pbs, self.cold(s)) {
+        match (pbs, cold) {
             // SAFETY: `&mut self` is exclusive access to the zone's metadata.
             (Some(a), Some(cold)) => cold.with_mut(|p| unsafe { (*p).origin = a.origin }),
-            // SAFETY: `section_cell` checked `s.index < nsec`, so the slot lies in the span's
+            // SAFETY: `section_cells` checked `s.index < nsec`, so the slot lies in the span's
             // cold table; the cell has no array, so nothing refers to the slot, and `&mut self`
             // excludes every other access.
-            (Some(a), None) => unsafe {
-                span.cold
-                    .add(s.index as usize)
-                    .as_mut()
-                    .write(UnsafeCell::new(Cold {
-                        origin: a.origin,
-                        heads: [NIL; SECTION_LISTS],
-                    }));
-            },
+            (Some(a), None) => unsafe { open_cold(span.cold.add(s.index as usize), a.origin) },
             (None, _) => {}
         }
         // SAFETY: `&mut self` is exclusive access to the zone's metadata.

@@ -612,8 +612,8 @@ impl FreeArea {
 
     /// Adds a span and frees all its frames, dirty unless `zeroed`: whole sections as 1 GiB
     /// blocks, the whole pageblocks of edge sections as the fewest aligned blocks, edge
-    /// pageblocks as split ones. Costs O(sections + pageblocks of edge sections). The caller checked
-    /// [`FreeArea::can_add`].
+    /// pageblocks as split ones. Costs O(sections + pageblocks of edge sections). The caller
+    /// checked [`FreeArea::can_add`].
     pub(crate) fn add_span(
         &mut self,
         span: SpanMeta,
@@ -675,7 +675,8 @@ impl FreeArea {
             // The largest aligned block starting at `pb` that fits: a half section at most,
             // as the section is not whole.
             let number = span.pb_base(pb).get() >> PB_SHIFT;
-            let k = (number.trailing_zeros())
+            let k = number
+                .trailing_zeros()
                 .min((pbs.end - pb).ilog2())
                 .min(u32::from(MAX_ORDER) - 1 - PB_SHIFT);
             let r = PbRef {
