@@ -632,6 +632,23 @@ pub(crate) struct Pool {
     avoiding: bool,
     /// Free arrays lying in `away`, out of service.
     q_arrays: Option<NonNull<FreeArray>>,
+    /// The spans' seeds. A seed's slab is *closed* until the pool first needs it: only then is
+    /// it written (and its memory touched), so adding a span writes none of its seed. A closed
+    /// slab counts as free for the reserve and the retiring (see [`Pool::closed`]) but is on
+    /// no list.
+    seeds: [Option<SeedSlabs>; MAX_SPANS_PER_ZONE],
+    /// Seeds added so far: plane slots come from the newest seed with room, as if each seed's
+    /// slabs had been put on the lists when it was added.
+    seeds_added: u64,
+}
+
+/// A span's seed: where it is mapped, its slabs still closed (see [`Pool::seed_bit`]), and
+/// when it was added.
+#[derive(Clone, Copy, Debug)]
+struct SeedSlabs {
+    at: NonNull<u8>,
+    closed: u8,
+    added: u64,
 }
 
 // SAFETY: the pool's memory is only reached through the `ZoneMeta` that owns it, behind its
@@ -744,14 +761,128 @@ impl Pool {
         }
     }
 
-    /// `true` if the pool is at or below its reserve of `what`.
+    /// `true` if the pool is at or below its reserve of `what` (closed seeds count as free).
     pub(crate) fn low(&self, what: Short) -> bool {
-        let free = match what {
+        self.free_of(what) <= reserve(what)
+    }
+
+    /// Free objects of `what`: slots, or arrays, on the lists and in closed seeds.
+    fn free_of(&self, what: Short) -> u64 {
+        let listed = match what {
             Short::Singles => self.singles.free,
             Short::Pairs => self.pairs.free,
             Short::Arrays => self.free_arrays,
         };
-        free <= reserve(what)
+        listed + self.closed(what)
+    }
+
+    /// Free objects of `what` in closed seeds that may be opened (not in `away` memory).
+    fn closed(&self, what: Short) -> u64 {
+        let bit = Self::seed_bit(what);
+        let per = match what {
+            Short::Arrays => 1,
+            Short::Singles | Short::Pairs => Self::per_slab(what),
+        };
+        self.seeds
+            .iter()
+            .flatten()
+            .filter(|c| c.closed & bit != 0 && !self.away_holds(None, c.at))
+            .count() as u64
+            * per
+    }
+
+    /// The bit of `what` in [`SeedSlabs::closed`].
+    const fn seed_bit(what: Short) -> u8 {
+        match what {
+            Short::Arrays => 1 << 0,
+            Short::Singles => 1 << 1,
+            Short::Pairs => 1 << 2,
+        }
+    }
+
+    /// Where `what`'s slab lies in a seed (the slabs follow each other in [`SEED`]'s order).
+    fn seed_offset(what: Short) -> usize {
+        SEED.iter()
+            .take_while(|&&w| w != what)
+            .map(|&w| Self::slab_frames(w) * PAGE_SIZE)
+            .sum::<u64>() as usize
+    }
+
+    /// Records a span's seed at `at`, every slab closed.
+    ///
+    /// # Safety
+    /// As [`Pool::add_raw`]'s, for the seed's `seed_bytes()` bytes: `at` is the page-aligned
+    /// start of a span's region, laid out by [`SpanMeta::map`].
+    unsafe fn add_seed(&mut self, at: NonNull<u8>) -> bool {
+        let Some(slot) = self.seeds.iter_mut().find(|c| c.is_none()) else {
+            return false;
+        };
+        *slot = Some(SeedSlabs {
+            at,
+            closed: SEED.iter().fold(0, |k, &w| k | Self::seed_bit(w)),
+            added: self.seeds_added,
+        });
+        self.seeds_added += 1;
+        true
+    }
+
+    /// Seed `i`'s `what` slab, opened if it was closed: written and put on its seed list.
+    /// `None` if there is no seed `i`.
+    fn open_seed(&mut self, i: usize, what: Short) -> Option<NonNull<u8>> {
+        let bit = Self::seed_bit(what);
+        let c = self.seeds.get_mut(i)?.as_mut()?;
+        // SAFETY: `add_seed`'s caller laid the seed's slabs out in `SEED`'s order from `at`.
+        let at = unsafe { c.at.add(Self::seed_offset(what)) };
+        if c.closed & bit != 0 {
+            c.closed &= !bit;
+            // SAFETY: `add_seed`'s caller's guarantee: the slab lives as long as the machine,
+            // and, closed until now, nothing uses it.
+            unsafe { self.add_raw(what, at, None) };
+        }
+        Some(at)
+    }
+
+    /// The seeds that may serve (not in `away` memory), newest first.
+    fn seeds_newest_first(&self) -> impl Iterator<Item = usize> + use<> {
+        let mut order = [(0u64, usize::MAX); MAX_SPANS_PER_ZONE];
+        for (i, c) in self.seeds.iter().enumerate() {
+            if let Some(c) = c
+                && !self.away_holds(None, c.at)
+            {
+                order[i] = (c.added + 1, i);
+            }
+        }
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        order
+            .into_iter()
+            .take_while(|&(added, _)| added > 0)
+            .map(|(_, i)| i)
+    }
+
+    /// The newest seed slab of `kind` with a free slot, opened if it was closed (then it is
+    /// wholly free), else any other seed slab on the list with one.
+    fn seed_with_room(&mut self, kind: Short) -> Option<NonNull<SlabHead>> {
+        let bit = Self::seed_bit(kind);
+        for i in self.seeds_newest_first() {
+            let closed = self.seeds[i].is_some_and(|c| c.closed & bit != 0);
+            let Some(head) = self.open_seed(i, kind).map(NonNull::cast::<SlabHead>) else {
+                continue;
+            };
+            // SAFETY: an opened seed slab holds a live slab head (`add_raw`).
+            if closed || unsafe { (*head.as_ptr()).used } != Self::full(kind) {
+                return Some(head);
+            }
+        }
+        self.first_with_room(kind, List::Seeds, None)
+    }
+
+    /// Forgets the seeds in `away` memory (they leave with their region).
+    fn forget_seeds(&mut self, away: Away) {
+        for c in &mut self.seeds {
+            if c.is_some_and(|x| away.holds(None, x.at)) {
+                *c = None;
+            }
+        }
     }
 
     /// The bytes of one slot of a plane kind.
@@ -940,7 +1071,7 @@ impl Pool {
 
     /// Retires the zone's free arrays beyond the ones the pool keeps.
     fn retire_spare_arrays(&mut self) {
-        while self.free_arrays > KEEP_ARRAYS
+        while self.free_of(Short::Arrays) > KEEP_ARRAYS
             && let Some((z, slab)) = self.unlink_array(ZONE_ARRAYS, |_| true)
         {
             if let Some(slab) = slab {
@@ -960,7 +1091,7 @@ impl Pool {
 
     fn retire_spare_slabs(&mut self, kind: Short) {
         let per = Self::per_slab(kind);
-        while self.slabs(kind).free >= reserve(kind) + 2 * per
+        while self.free_of(kind) >= reserve(kind) + 2 * per
             && let Some(head) = self.slabs(kind).empty
         {
             self.unlink(kind, List::Empty, head);
@@ -1007,7 +1138,7 @@ impl Pool {
     /// pageblocks, of edge pageblocks) from a seed first, so what lives as long as those
     /// pageblocks does not keep a slab of the zone's frames.
     fn take_slot(&mut self, kind: Short, need: Need) -> Option<NonNull<u8>> {
-        if need == Need::Normal && self.slabs(kind).free <= reserve(kind) {
+        if need == Need::Normal && self.low(kind) {
             return None;
         }
         let order = match need {
@@ -1015,9 +1146,24 @@ impl Pool {
             Need::Growth => [List::Seeds, List::Partial, List::Empty],
         };
         order.into_iter().find_map(|list| {
-            let head = self.first_with_room(kind, list, None)?;
+            let head = self.first_with_room_or_open(kind, list, None)?;
             Some(self.take_from(kind, head, list))
         })
+    }
+
+    /// [`Pool::first_with_room`], for the seed list [`Pool::seed_with_room`] (seeds lie
+    /// outside any frames).
+    fn first_with_room_or_open(
+        &mut self,
+        kind: Short,
+        list: List,
+        away: Option<PhysRange>,
+    ) -> Option<NonNull<SlabHead>> {
+        if list == List::Seeds {
+            self.seed_with_room(kind)
+        } else {
+            self.first_with_room(kind, list, away)
+        }
     }
 
     /// A free slot of `kind` in a slab outside the frames `away` (a seed's first), to move an
@@ -1026,7 +1172,7 @@ impl Pool {
         [List::Seeds, List::Partial, List::Empty]
             .into_iter()
             .find_map(|list| {
-                let head = self.first_with_room(kind, list, Some(away))?;
+                let head = self.first_with_room_or_open(kind, list, Some(away))?;
                 Some(self.take_from(kind, head, list))
             })
     }
@@ -1166,7 +1312,7 @@ impl Pool {
     }
 
     fn take_array(&mut self, need: Need) -> Option<ArrayRef> {
-        if need == Need::Normal && self.free_arrays <= reserve(Short::Arrays) {
+        if need == Need::Normal && self.low(Short::Arrays) {
             return None;
         }
         let a = self.pop_array(None)?;
@@ -1182,6 +1328,14 @@ impl Pool {
         let outside =
             |slab: Option<PhysRange>| !slab.zip(away).is_some_and(|(x, y)| x.overlaps(&y));
         self.unlink_array(SEED_ARRAYS, outside)
+            .or_else(|| {
+                let bit = Self::seed_bit(Short::Arrays);
+                let i = self
+                    .seeds_newest_first()
+                    .find(|&i| self.seeds[i].is_some_and(|c| c.closed & bit != 0))?;
+                self.open_seed(i, Short::Arrays)?;
+                self.unlink_array(SEED_ARRAYS, outside)
+            })
             .or_else(|| self.unlink_array(ZONE_ARRAYS, outside))
     }
 
@@ -1373,18 +1527,16 @@ impl ZoneMeta {
         self.spans().map(|(_, s)| s.region.bytes()).sum::<u64>() + self.pool.bytes
     }
 
-    /// Adds a span in the next free slot, and its seed to the pool; returns the slot.
+    /// Adds a span in the next free slot, and its seed to the pool (closed: nothing of it is
+    /// written until the pool needs it); returns the slot.
     pub(crate) fn add(&mut self, span: SpanMeta, seed: Seed) -> Option<u8> {
         let slot = self.spans.iter().position(Option::is_none)?;
-        self.spans[slot] = Some(span);
-        let mut at = seed.0;
-        for what in SEED {
-            // SAFETY: `SpanMeta::map` laid the seed slabs out at the page-aligned start of the
-            // span's region, which lives as long as the machine and is used by nothing else.
-            unsafe { self.pool.add_raw(what, at, None) };
-            // SAFETY: the next slab follows inside the region.
-            at = unsafe { at.add((Pool::slab_frames(what) * PAGE_SIZE) as usize) };
+        // SAFETY: `SpanMeta::map` laid the seed slabs out at the page-aligned start of the
+        // span's region, which lives as long as the machine and is used by nothing else.
+        if !unsafe { self.pool.add_seed(seed.0) } {
+            return None;
         }
+        self.spans[slot] = Some(span);
         Some(slot as u8)
     }
 
@@ -2292,6 +2444,7 @@ impl Pool {
     /// `out` for the caller to unmap; its seeds are forgotten (they leave with the region).
     fn leave(&mut self, away: Away, out: &mut Leaving) {
         self.unavoid(away);
+        self.forget_seeds(away);
         for kind in [Short::Singles, Short::Pairs] {
             let mut cur = self.slabs(kind).quarantine;
             while let Some(h) = cur {
@@ -2895,6 +3048,67 @@ mod tests {
                 frames((100 << 9) + 8, array_pages as u64)
             ]
         );
+    }
+
+    /// Adding a span writes none of its seed: each slab is written when the pool first takes
+    /// from it, yet counts as free before (the pool is not low, so the zone does not grow it).
+    #[test]
+    fn a_span_s_seed_slabs_are_written_when_first_used() {
+        use crate::test_util::SparseMem;
+        let g = 1u64 << 18;
+        let range = frames(4 * g, 2 * g);
+        let region = frames(8 * g, region_bytes(range).div_ceil(PAGE_SIZE));
+        let mem = SparseMem::default();
+        let (span, seed) = SpanMeta::map(&mem, range, region).unwrap();
+        let at = seed.0;
+        let untouched = |what: Short| {
+            // SAFETY: the seed's slabs lie in the region, mapped and filled by `SparseMem`
+            // (with its garbage byte where nothing wrote).
+            let bytes = unsafe {
+                core::slice::from_raw_parts(
+                    at.add(Pool::seed_offset(what)).as_ptr(),
+                    (Pool::slab_frames(what) * PAGE_SIZE) as usize,
+                )
+            };
+            bytes.iter().all(|&b| b == 0xa5)
+        };
+        let mut zm = ZoneMeta::default();
+        let slot = zm.add(span, seed).unwrap();
+        for what in SEED {
+            assert!(untouched(what), "{what:?} written when the span was added");
+            assert!(!zm.pool.low(what), "{what:?}: a closed seed counts as free");
+        }
+        assert!(zm.pool.consistent());
+        // The first split takes the seed's array; the plane slabs stay closed.
+        zm.split_section(
+            SecRef {
+                span: slot,
+                index: 0,
+            },
+            PbHeader::NEW,
+            Need::Normal,
+        )
+        .unwrap();
+        assert!(!untouched(Short::Arrays));
+        assert!(zm.pool.low(Short::Arrays));
+        assert!(untouched(Short::Singles) && untouched(Short::Pairs));
+        // A plane opens the singles slab, which then serves from its list.
+        let r = PbRef {
+            span: slot,
+            index: 0,
+        };
+        let p = zm
+            .pool
+            .take_planes(Plane::EMPTY, None, Need::Normal, r)
+            .unwrap();
+        assert!(!untouched(Short::Singles) && untouched(Short::Pairs));
+        assert_eq!(
+            zm.pool.free_of(Short::Singles),
+            Pool::per_slab(Short::Singles) - 1
+        );
+        assert!(zm.pool.consistent());
+        zm.pool.put_planes(p);
+        assert!(zm.pool.consistent());
     }
 
     /// Every pageblock of a span lies inside its section's share of the span, at the index
