@@ -187,6 +187,7 @@ impl Occupancy {
     }
 
     /// Adds (`on`) or removes bucket `i`.
+    #[inline(always)]
     pub(crate) fn put(&mut self, i: usize, on: bool) {
         self.bits.put(i, on);
         let w = i / 64;

@@ -24,7 +24,7 @@ use core::mem::{MaybeUninit, align_of, size_of};
 use core::ptr::NonNull;
 
 use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
-use crate::bitmap::{FRAMES, Plane};
+use crate::bitmap::{FRAMES, Occupancy, Plane};
 use crate::platform::{Mapped, PhysMemory};
 use crate::sync::UnsafeCell;
 
@@ -220,6 +220,119 @@ impl PbHeader {
         next: NIL,
         prev: NIL,
     };
+}
+
+/// Fullness bands of split sections, by which a zone's occupancy buckets rank pageblocks
+/// first (`buddy`): band 0 for most, band 1 for sections that are emptying.
+pub(crate) const BANDS: usize = 2;
+
+/// Where one class's occupancy-bucket heads lie: memory carved for them, its contents
+/// anything until written.
+type HeadStore = [MaybeUninit<u32>; BANDS * FRAMES];
+
+/// Room for one class's bucket heads, carved at boot ([`crate::platform::BootCarve::head_room`])
+/// and never initialised: see [`PbBuckets`].
+#[derive(Debug)]
+pub(crate) struct HeadRoom(NonNull<HeadStore>);
+
+// SAFETY: a handle to memory only the buckets it is given to use, behind their zone's lock.
+unsafe impl Send for HeadRoom {}
+
+impl HeadRoom {
+    /// The room at `at`.
+    ///
+    /// # Safety
+    /// `at` must be aligned for a `u32` and valid for reads and writes of
+    /// `size_of::<HeadStore>()` bytes for as long as the buckets it is given to live, and used
+    /// by nothing else.
+    pub(crate) unsafe fn new(at: NonNull<u8>) -> Self {
+        HeadRoom(at.cast())
+    }
+
+    /// Bytes of one room.
+    pub(crate) const BYTES: usize = size_of::<HeadStore>();
+}
+
+/// Occupancy buckets of one class's split pageblocks, ranked by (band of their section, free
+/// frames). The key `band * FRAMES + free` of bucket `(band, free)` is what a pageblock's
+/// `bucket` records (0: in none). A pageblock sits under the band and the free count it had
+/// when it was put there: neither frees nor a section's change of band move it (it is moved
+/// when an allocation finds it in a bucket that is out of date), allocations do.
+///
+/// A zone has `BANDS * FRAMES` buckets per class (16 KiB of heads per node), most of them
+/// empty. A bucket's head is written when the bucket gets its first pageblock and read only
+/// while the bucket's bit says it has one, so the heads need no initial value: boot writes
+/// none of them (a simulated boot faults in none of their pages; they were most of a `Node`,
+/// which is built and then moved into place).
+#[derive(Debug)]
+pub(crate) struct PbBuckets {
+    /// `nonempty[band]` has bit `free` set while that bucket is not empty: exactly the buckets
+    /// whose head in `heads` has been written since.
+    nonempty: [Occupancy; BANDS],
+    heads: HeadRoom,
+}
+
+// SAFETY: the heads are reached only through this value, which lives in its zone's `FreeArea`
+// behind the zone's lock.
+unsafe impl Sync for PbBuckets {}
+
+impl PbBuckets {
+    /// Empty buckets whose heads lie in `heads`.
+    pub(crate) fn new(heads: HeadRoom) -> Self {
+        PbBuckets {
+            nonempty: [Occupancy::EMPTY; BANDS],
+            heads,
+        }
+    }
+
+    /// Which buckets of `band` are not empty.
+    pub(crate) fn nonempty(&self, band: usize) -> &Occupancy {
+        &self.nonempty[band]
+    }
+
+    /// `true` if the bucket of `key` is not empty.
+    #[inline(always)]
+    pub(crate) fn occupied(&self, key: usize) -> bool {
+        self.nonempty[key / FRAMES].get(key % FRAMES)
+    }
+
+    /// The first pageblock (packed) of the bucket of `key`, [`NIL`] if it is empty.
+    #[inline(always)]
+    pub(crate) fn head(&self, key: usize) -> u32 {
+        if self.occupied(key) {
+            // SAFETY: the bucket's bit is set, so `set_head` wrote its head (the bit's index
+            // bounds `key` to the store), and `HeadRoom::new`'s caller keeps the store valid.
+            unsafe { self.heads.0.as_ref()[key].assume_init() }
+        } else {
+            NIL
+        }
+    }
+
+    /// The first bucket of `band` at or after `free` that is not empty, and its first
+    /// pageblock (packed).
+    #[inline(always)]
+    pub(crate) fn first_from(&self, band: usize, free: usize) -> Option<(usize, u32)> {
+        let b = self.nonempty[band].next_set(free)?;
+        // SAFETY: bucket `b` of `band` has its bit set, so `set_head` wrote its head (and
+        // `next_set` returns only the index of a bit, inside the store).
+        Some((b, unsafe {
+            self.heads.0.as_ref()[band * FRAMES + b].assume_init()
+        }))
+    }
+
+    /// Makes `head` (packed; [`NIL`] for none) the first pageblock of the bucket of `key`.
+    #[inline(always)]
+    pub(crate) fn set_head(&mut self, key: usize, head: u32) {
+        let (band, b) = (key / FRAMES, key % FRAMES);
+        if head == NIL {
+            self.nonempty[band].put(b, false);
+        } else {
+            // SAFETY: `HeadRoom::new`'s caller keeps the store valid and ours alone; `&mut
+            // self` excludes every other access. The index is checked.
+            unsafe { self.heads.0.as_mut()[key] = MaybeUninit::new(head) };
+            self.nonempty[band].put(b, true);
+        }
+    }
 }
 
 /// A pageblock's cell: the header other modules see, and the plane handle only this module
@@ -3048,6 +3161,45 @@ mod tests {
                 frames((100 << 9) + 8, array_pages as u64)
             ]
         );
+    }
+
+    /// Bucket heads need no initial value: over memory never written (uninitialised, which
+    /// Miri would catch a read of), buckets set and cleared at random read back as a plain
+    /// model of them says, and a cleared bucket reads as empty.
+    #[test]
+    fn bucket_heads_are_read_only_where_written() {
+        use std::alloc::alloc;
+        let layout = Layout::new::<HeadStore>();
+        // SAFETY: the layout is not zero-sized.
+        let at = NonNull::new(unsafe { alloc(layout) }).unwrap();
+        // SAFETY: the allocation is sized and aligned for the heads, and ours until freed below.
+        let mut b = PbBuckets::new(unsafe { HeadRoom::new(at) });
+        let mut model = std::vec![NIL; BANDS * FRAMES];
+        let mut x = 0x243f_6a88_85a3_08d3u64;
+        for step in 0..400u32 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let key = (x >> 33) as usize % (BANDS * FRAMES);
+            let head = if x & 3 == 0 { NIL } else { step };
+            b.set_head(key, head);
+            model[key] = head;
+            for band in 0..BANDS {
+                let first = model[band * FRAMES + 1..(band + 1) * FRAMES]
+                    .iter()
+                    .position(|&h| h != NIL)
+                    .map(|i| (i + 1, model[band * FRAMES + i + 1]));
+                assert_eq!(b.first_from(band, 1), first);
+            }
+            if step % 8 == 0 {
+                for (k, &want) in model.iter().enumerate() {
+                    assert_eq!(b.head(k), want);
+                    assert_eq!(b.occupied(k), want != NIL);
+                }
+            }
+        }
+        // SAFETY: allocated above with this layout; the buckets are not used after this.
+        unsafe { std::alloc::dealloc(at.as_ptr(), layout) };
     }
 
     /// Adding a span writes none of its seed: each slab is written when the pool first takes

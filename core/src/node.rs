@@ -9,7 +9,7 @@ use crate::buddy::{
     Found, FreeArea, Got, Hosting, HotFrames, Lent, NoBlock, PageblockCounts, PageblockInfo,
 };
 use crate::error::{FreeError, InvariantError};
-use crate::meta::{Class, PB_SHIFT, PbRef, Seed, Short, SpanMeta, Use};
+use crate::meta::{Class, HeadRoom, PB_SHIFT, PbRef, Seed, Short, SpanMeta, Use};
 use crate::platform::{FrameClearer, Mapped, Poison};
 use crate::stats::{Event, NumaStats, OwnCounts, OwnEvents};
 use crate::sync::{AtomicU32, AtomicU64, LockFamily, MultiLock, Mutex, MutexGuard, Ordering};
@@ -185,14 +185,14 @@ pub struct Zone {
 }
 
 impl Zone {
-    fn new(kind: ZoneKind) -> Self {
+    fn new(kind: ZoneKind, heads: [HeadRoom; Class::ALL.len()]) -> Self {
         Self {
             kind,
             managed: AtomicU64::new(0),
             scrub_waiters: AtomicU32::new(0),
             headroom: AtomicU64::new(u64::MAX),
             inner: Mutex::new(ZoneInner {
-                area: FreeArea::new(),
+                area: FreeArea::new(heads),
                 marks: Watermarks::default(),
                 events: OwnCounts::default(),
             }),
@@ -1031,10 +1031,16 @@ pub(crate) fn count_foreign(nodes: Nodes<'_>, preferred: NodeId, got: NodeId, n:
 }
 
 impl Node {
-    pub(crate) fn new(id: NodeId) -> Self {
+    /// Node `id`, its zones' occupancy-bucket heads (one room per class, Dma32's then
+    /// Normal's) in `heads`.
+    pub(crate) fn new(id: NodeId, heads: [HeadRoom; 2 * Class::ALL.len()]) -> Self {
+        let [d0, d1, n0, n1] = heads;
         Self {
             id,
-            zones: [Zone::new(ZoneKind::Dma32), Zone::new(ZoneKind::Normal)],
+            zones: [
+                Zone::new(ZoneKind::Dma32, [d0, d1]),
+                Zone::new(ZoneKind::Normal, [n0, n1]),
+            ],
             stats: NumaStats::new(),
             hints: core::array::from_fn(|_| ZonelistHint::default()),
         }

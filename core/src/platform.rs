@@ -228,6 +228,16 @@ impl<'a> BootCarve<'a> {
         Some(unsafe { &mut *ptr })
     }
 
+    /// Carves room for one class's occupancy-bucket heads, leaving it unwritten. `None` if the
+    /// range is too small.
+    pub(crate) fn head_room(&mut self) -> Option<crate::meta::HeadRoom> {
+        let ptr = self.reserve::<u32>(crate::meta::HeadRoom::BYTES / size_of::<u32>())?;
+        // SAFETY: `reserve` gave room for the heads at `ptr`, aligned for a `u32`, in the
+        // region, which is valid for `'a` (PhysMemory's contract), as long as the machine whose
+        // tables are carved from it, and ours alone (the cursor moved past it).
+        Some(unsafe { crate::meta::HeadRoom::new(NonNull::new_unchecked(ptr).cast()) })
+    }
+
     /// Leaves `bytes` bytes uncarved (and untouched) before the next table: a cache colour, so
     /// that the same table carved in several regions does not land at the same offset of a page
     /// in each. `None` if the range is too small.

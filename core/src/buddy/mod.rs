@@ -33,8 +33,9 @@ use crate::addr::{MAX_ORDER, Order, Pfn, PhysRange};
 use crate::bitmap::{FRAMES, Occupancy, Plane};
 use crate::error::FreeError;
 use crate::meta::{
-    Class, Heads, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbHeader, PbRef, PbState, SecRef, Section,
-    SectionState, Seed, Short, SpanMeta, Use, Which, ZoneMeta, flag, section_is_whole,
+    BANDS, Class, HeadRoom, Heads, NIL, Need, PB_SHIFT, PBS_PER_SECTION, PbBuckets, PbHeader,
+    PbRef, PbState, SecRef, Section, SectionState, Seed, Short, SpanMeta, Use, Which, ZoneMeta,
+    flag, section_is_whole,
 };
 
 /// The bucket sets of split sections: without, and with pageblocks split below 2 MiB.
@@ -64,30 +65,10 @@ const _: () = assert!(EMPTYING.is_multiple_of(SEC_WIDTH));
 /// section with all its pageblocks free.
 const SEC_BUCKETS: usize = PBS_PER_SECTION / SEC_WIDTH as usize + 2;
 
-/// Fullness bands of split sections: band 0 for most, band 1 for *emptying* ones, those with
-/// at least [`EMPTYING`] free pageblocks (three quarters), which small frames avoid while a
-/// fuller section has a free pageblock, so that they can become whole again.
-const BANDS: usize = 2;
+/// Free pageblocks from which a split section is *emptying*, band 1 of [`BANDS`] (band 0 holds
+/// the rest): three quarters. Small frames avoid an emptying section while a fuller one has a
+/// free pageblock, so that it can become whole again.
 const EMPTYING: u16 = 384;
-/// Occupancy buckets of one class's split pageblocks, ranked by (band of their section, free
-/// frames). The key `band * FRAMES + free` of bucket `(band, free)` is what a pageblock's
-/// `bucket` records (0: in none). A pageblock sits under the band and the free count it had
-/// when it was put there: neither frees nor a section's change of band move it (it is moved
-/// when an allocation finds it in a bucket that is out of date), allocations do.
-/// `nonempty[band]` has bit `free` set while that bucket is not empty.
-#[derive(Debug)]
-struct PbBuckets {
-    heads: [u32; BANDS * FRAMES],
-    nonempty: [Occupancy; BANDS],
-}
-
-impl PbBuckets {
-    const EMPTY: PbBuckets = PbBuckets {
-        heads: [NIL; BANDS * FRAMES],
-        nonempty: [Occupancy::EMPTY; BANDS],
-    };
-}
-
 /// The band of a section with `free_pbs` free pageblocks.
 fn band_of(free_pbs: u16) -> usize {
     usize::from(free_pbs >= EMPTYING)
@@ -219,8 +200,8 @@ impl From<Short> for NoBlock {
 }
 
 impl FreeArea {
-    /// An empty area.
-    pub(crate) fn new() -> Self {
+    /// An empty area, the heads of each class's occupancy buckets in `heads`.
+    pub(crate) fn new(heads: [HeadRoom; Class::ALL.len()]) -> Self {
         Self {
             meta: ZoneMeta::default(),
             whole: NIL,
@@ -229,7 +210,7 @@ impl FreeArea {
                 nonempty: Occupancy::EMPTY,
             }),
             counts: [0; BIG],
-            buckets: [PbBuckets::EMPTY, PbBuckets::EMPTY],
+            buckets: heads.map(PbBuckets::new),
             spare: [None; Class::ALL.len()],
             pool_pbs: NIL,
             pool_spare: 0,

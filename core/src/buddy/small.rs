@@ -56,7 +56,7 @@ fn serves_single(bucket: &PbBuckets, b: usize, h: &PbHeader) -> bool {
     free == b
         || (free > b
             && h.next == NIL
-            && bucket.nonempty[0].next_set(b + 1).is_none_or(|n| n >= free))
+            && bucket.nonempty(0).next_set(b + 1).is_none_or(|n| n >= free))
 }
 
 /// What settling a split pageblock reads of its header: its class, free frames and place in
@@ -92,13 +92,11 @@ impl Place {
 #[inline(always)]
 fn move_alone(bucket: &mut PbBuckets, r: PbRef, at: Place, key: usize) -> bool {
     let old = usize::from(at.bucket);
-    if old == 0 || at.next != NIL || at.prev != NIL || (key != old && bucket.heads[key] != NIL) {
+    if old == 0 || at.next != NIL || at.prev != NIL || (key != old && bucket.occupied(key)) {
         return false;
     }
-    bucket.heads[old] = NIL;
-    bucket.nonempty[old / FRAMES].put(old % FRAMES, false);
-    bucket.heads[key] = r.pack();
-    bucket.nonempty[key / FRAMES].put(key % FRAMES, true);
+    bucket.set_head(old, NIL);
+    bucket.set_head(key, r.pack());
     true
 }
 
@@ -231,9 +229,8 @@ impl FreeArea {
     /// (`band * FRAMES + free`, `free` in 1..FRAMES).
     fn bucket_link(&mut self, r: PbRef, class: Class, key: usize) {
         let bucket = &mut self.buckets[class.index()];
-        let head = bucket.heads[key];
-        bucket.heads[key] = r.pack();
-        bucket.nonempty[key / FRAMES].put(key % FRAMES, true);
+        let head = bucket.head(key);
+        bucket.set_head(key, r.pack());
         self.meta.update_pb(r, |h| {
             h.bucket = key as u16;
             h.next = head;
@@ -260,12 +257,7 @@ impl FreeArea {
         let (next, prev) = (at.next, at.prev);
         let bucket = &mut self.buckets[at.class.index()];
         match PbRef::unpack(prev) {
-            None => {
-                bucket.heads[key] = next;
-                if next == NIL {
-                    bucket.nonempty[key / FRAMES].put(key % FRAMES, false);
-                }
-            }
+            None => bucket.set_head(key, next),
             Some(p) => {
                 self.meta.update_pb(p, |x| x.next = next);
             }
@@ -509,8 +501,8 @@ impl FreeArea {
     /// take it too (`serves_single`); else `None`.
     fn pick_single(&mut self, class: Class) -> Option<PbRef> {
         let bucket = &self.buckets[class.index()];
-        let b = bucket.nonempty[0].next_set(1)?;
-        let r = PbRef::unpack(bucket.heads[b])?;
+        let (b, head) = bucket.first_from(0, 1)?;
+        let r = PbRef::unpack(head)?;
         let h = self.meta.pb(r)?;
         if !serves_single(bucket, b, &h) || self.band(r) != 0 {
             return None;
@@ -527,8 +519,8 @@ impl FreeArea {
     /// changed, when `pick_single` would not take it.
     fn take_single(&mut self, class: Class, zero: bool) -> Option<Got> {
         let bucket = &self.buckets[class.index()];
-        let b = bucket.nonempty[0].next_set(1)?;
-        let r = PbRef::unpack(bucket.heads[b])?;
+        let (b, head) = bucket.first_from(0, 1)?;
+        let r = PbRef::unpack(head)?;
         if self.band(r) != 0 {
             return None;
         }
@@ -615,8 +607,8 @@ impl FreeArea {
         mut accept: impl FnMut(&Self, PbRef) -> Option<bool>,
     ) -> Option<PbRef> {
         let mut from = from;
-        while let Some(b) = self.buckets[class.index()].nonempty[band].next_set(from) {
-            let mut cur = self.buckets[class.index()].heads[band * FRAMES + b];
+        while let Some(b) = self.buckets[class.index()].nonempty(band).next_set(from) {
+            let mut cur = self.buckets[class.index()].head(band * FRAMES + b);
             while let Some(r) = PbRef::unpack(cur) {
                 let h = self.meta.pb(r)?;
                 cur = h.next;
@@ -641,11 +633,11 @@ impl FreeArea {
     /// that has one (for stealing).
     fn emptiest(&mut self, class: Class, order: u8) -> Option<PbRef> {
         for band in (0..BANDS).rev() {
-            let mask = self.buckets[class.index()].nonempty[band];
+            let mask = *self.buckets[class.index()].nonempty(band);
             let Some(top) = (1usize << order..FRAMES).rev().find(|&b| mask.get(b)) else {
                 continue;
             };
-            let mut cur = self.buckets[class.index()].heads[band * FRAMES + top];
+            let mut cur = self.buckets[class.index()].head(band * FRAMES + top);
             while let Some(r) = PbRef::unpack(cur) {
                 cur = self.meta.pb(r)?.next;
                 if self

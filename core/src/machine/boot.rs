@@ -10,7 +10,7 @@ use super::{BootOptions, Machine, MemoryRange, TablePlace};
 use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
 use crate::error::BootError;
 use crate::interleave::Weights;
-use crate::meta::{SPAN_LIMIT_SHIFT, region_bytes_bound};
+use crate::meta::{HeadRoom, SPAN_LIMIT_SHIFT, region_bytes_bound};
 use crate::node::{DMA32_END, Node, Nodes, ZoneKind};
 use crate::percpu::{Caches, EventLines, PerCpu, SLOTS, SlotStates, lines_for};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
@@ -98,13 +98,15 @@ fn machine_bytes(n: usize, cap: usize, ncpu: usize) -> Option<usize> {
 /// Tables [`machine_bytes`] counts, for [`pages_for`]'s alignment slack.
 const MACHINE_TABLES: usize = 12;
 
-/// Frames of one node's own tables in a machine of `n` nodes: its [`Node`] and its staged and
-/// published fallback order, and room for the node's cache colour.
+/// Frames of one node's own tables in a machine of `n` nodes: its [`Node`], its zones'
+/// occupancy-bucket heads, its staged and published fallback order, and room for the node's
+/// cache colour.
 fn node_frames(n: usize) -> u64 {
     let bytes = size_of::<Node>()
+        + 4 * HeadRoom::BYTES
         + n * (size_of::<NodeId>() + size_of::<AtomicU16>())
         + (COLOURS - 1) * COLOUR_BYTES;
-    pages_for(bytes, 3)
+    pages_for(bytes, 7)
 }
 
 /// Cache colours of the nodes' tables: node `i`'s [`Node`] sits `i % COLOURS` steps of
@@ -377,7 +379,11 @@ impl<'a> Machine<'a> {
                 rows[i] = unit.slice(n, |_| NodeId::default()).ok_or(oom)?;
                 published_rows[i] = unit.slice(n, |_| AtomicU16::new(0)).ok_or(oom)?;
                 unit.skip(i % COLOURS * COLOUR_BYTES).ok_or(oom)?;
-                let node = unit.one(|| Node::new(id)).ok_or(oom)?;
+                let [Some(d0), Some(d1), Some(n0), Some(n1)] = [(); 4].map(|()| unit.head_room())
+                else {
+                    return Err(oom);
+                };
+                let node = unit.one(|| Node::new(id, [d0, d1, n0, n1])).ok_or(oom)?;
                 Ok::<&Node, BootError>(node)
             })
             .ok_or(oom)??;
