@@ -262,7 +262,7 @@ impl HeadRoom {
 /// A zone has `BANDS * FRAMES` buckets per class (16 KiB of heads per node), most of them
 /// empty. A bucket's head is written when the bucket gets its first pageblock and read only
 /// while the bucket's bit says it has one, so the heads need no initial value: boot writes
-/// none of them (a simulated boot faults in none of their pages; they were most of a `Node`,
+/// only those of the buckets its edge pageblocks go to (they were most of a `Node`,
 /// which is built and then moved into place).
 #[derive(Debug)]
 pub(crate) struct PbBuckets {
@@ -271,10 +271,6 @@ pub(crate) struct PbBuckets {
     nonempty: [Occupancy; BANDS],
     heads: HeadRoom,
 }
-
-// SAFETY: the heads are reached only through this value, which lives in its zone's `FreeArea`
-// behind the zone's lock.
-unsafe impl Sync for PbBuckets {}
 
 impl PbBuckets {
     /// Empty buckets whose heads lie in `heads`.
@@ -313,6 +309,7 @@ impl PbBuckets {
     #[inline(always)]
     pub(crate) fn first_from(&self, band: usize, free: usize) -> Option<(usize, u32)> {
         let b = self.nonempty[band].next_set(free)?;
+        debug_assert!(self.nonempty[band].get(b));
         // SAFETY: bucket `b` of `band` has its bit set, so `set_head` wrote its head (and
         // `next_set` returns only the index of a bit, inside the store).
         Some((b, unsafe {
@@ -337,7 +334,7 @@ impl PbBuckets {
 
 /// A pageblock's cell: the header other modules see, and the plane handle only this module
 /// follows: one plane (allocation only) or a pair (allocation, extra), so a header is one
-/// pointer and 32 bytes in all.
+/// tagged pointer and 40 bytes in all.
 #[derive(Debug)]
 struct PbCell {
     header: PbHeader,
@@ -408,6 +405,8 @@ enum PlaneRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ArrayRef {
     ptr: NonNull<UnsafeCell<PbCell>>,
+    /// Cells the array holds initialised: its section's pageblocks (from
+    /// [`ZoneMeta::section_cell_copy`]), or all [`PBS_PER_SECTION`] of a fresh array.
     len: u16,
     origin: Origin,
 }
@@ -750,8 +749,9 @@ pub(crate) struct Pool {
     /// slab counts as free for the reserve and the retiring (see [`Pool::closed`]) but is on
     /// no list.
     seeds: [Option<SeedSlabs>; MAX_SPANS_PER_ZONE],
-    /// Seeds added so far: plane slots come from the newest seed with room, as if each seed's
-    /// slabs had been put on the lists when it was added.
+    /// Seeds added so far: plane slots come from the newest seed with room, by when its span
+    /// was added (as the seed lists ordered them when every seed was opened at once, until a
+    /// failed offline put the released seeds first).
     seeds_added: u64,
 }
 
@@ -773,7 +773,8 @@ unsafe impl Sync for Pool {}
 /// The plane slabs of one kind.
 #[derive(Debug, Default)]
 struct Slabs {
-    /// The seed slabs (in the spans' regions), full or not, linked through their heads.
+    /// The opened seed slabs (in the spans' regions), full or not, linked through their heads
+    /// (closed ones are on no list: [`Pool::seeds`]).
     seeds: Option<NonNull<SlabHead>>,
     /// The slabs of the zone's frames with a free slot and one in use.
     partial: Option<NonNull<SlabHead>>,

@@ -230,11 +230,15 @@ impl<'a> BootCarve<'a> {
 
     /// Carves room for one class's occupancy-bucket heads, leaving it unwritten. `None` if the
     /// range is too small.
-    pub(crate) fn head_room(&mut self) -> Option<crate::meta::HeadRoom> {
+    ///
+    /// # Safety
+    /// The room, which carries no lifetime, must go only to buckets that live no longer than
+    /// `'a` (a table carved from this region, say).
+    pub(crate) unsafe fn head_room(&mut self) -> Option<crate::meta::HeadRoom> {
         let ptr = self.reserve::<u32>(crate::meta::HeadRoom::BYTES / size_of::<u32>())?;
         // SAFETY: `reserve` gave room for the heads at `ptr`, aligned for a `u32`, in the
-        // region, which is valid for `'a` (PhysMemory's contract), as long as the machine whose
-        // tables are carved from it, and ours alone (the cursor moved past it).
+        // region, which is valid for `'a` (PhysMemory's contract) and ours alone (the cursor
+        // moved past it); the caller keeps the buckets within `'a`.
         Some(unsafe { crate::meta::HeadRoom::new(NonNull::new_unchecked(ptr).cast()) })
     }
 

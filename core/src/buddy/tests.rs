@@ -426,7 +426,10 @@ fn a_claim_the_pool_cannot_serve_gives_its_pageblock_back_merged() {
         let (span, seed) = SpanMeta::map(&mem, range, meta).unwrap();
         let heads = PhysRange::new(Pfn::new(7 * g), Pfn::new(7 * g + 4)).unwrap();
         let mut carve = crate::platform::BootCarve::new(&mem, heads).unwrap();
-        let mut area = FreeArea::new([(); 2].map(|()| carve.head_room().unwrap()));
+        #[allow(unsafe_code)]
+        // SAFETY: the rooms go only into `area`, dropped before `mem`, whose memory they lie in.
+        let rooms = [(); 2].map(|()| unsafe { carve.head_room() }.unwrap());
+        let mut area = FreeArea::new(rooms);
         area.add_span(span, seed, true).unwrap();
         if whole_first {
             area.alloc_big(9, crate::meta::Use::Normal).unwrap();

@@ -379,8 +379,11 @@ impl<'a> Machine<'a> {
                 rows[i] = unit.slice(n, |_| NodeId::default()).ok_or(oom)?;
                 published_rows[i] = unit.slice(n, |_| AtomicU16::new(0)).ok_or(oom)?;
                 unit.skip(i % COLOURS * COLOUR_BYTES).ok_or(oom)?;
-                let [Some(d0), Some(d1), Some(n0), Some(n1)] = [(); 4].map(|()| unit.head_room())
-                else {
+                #[allow(unsafe_code)]
+                // SAFETY: the rooms go only into this node's `Node`, carved next from the same
+                // region, which lives for `'a`.
+                let rooms = [(); 4].map(|()| unsafe { unit.head_room() });
+                let [Some(d0), Some(d1), Some(n0), Some(n1)] = rooms else {
                     return Err(oom);
                 };
                 let node = unit.one(|| Node::new(id, [d0, d1, n0, n1])).ok_or(oom)?;
