@@ -974,7 +974,7 @@ impl Pool {
     }
 
     /// The newest seed slab of `kind` with a free slot, opened if it was closed (then it is
-    /// wholly free), else any other seed slab on the list with one.
+    /// wholly free).
     fn seed_with_room(&mut self, kind: Short) -> Option<NonNull<SlabHead>> {
         let bit = Self::seed_bit(kind);
         for i in self.seeds_newest_first() {
@@ -987,7 +987,7 @@ impl Pool {
                 return Some(head);
             }
         }
-        self.first_with_room(kind, List::Seeds, None)
+        None
     }
 
     /// Forgets the seeds in `away` memory (they leave with their region).
@@ -2944,6 +2944,12 @@ mod tests {
         PhysRange::new(Pfn::new(start), Pfn::new(start + n)).unwrap()
     }
 
+    /// Lays a span over `range` out in `mem`, its region at 8 GiB.
+    fn map_span(mem: &crate::test_util::SparseMem, range: PhysRange) -> (SpanMeta, Seed) {
+        let region = frames(8 << 18, region_bytes(range).div_ceil(PAGE_SIZE));
+        SpanMeta::map(mem, range, region).unwrap()
+    }
+
     fn retired(pool: &mut Pool) -> Vec<PhysRange> {
         pool.retire_spare();
         core::iter::from_fn(|| pool.pop_retired().map(|(r, _)| r)).collect()
@@ -2951,14 +2957,16 @@ mod tests {
 
     #[test]
     fn wholly_free_plane_slabs_of_the_zone_are_retired_and_seeds_stay() {
-        let mem = Pages::new(4);
+        let seed_pages = (seed_bytes() / PAGE_SIZE) as usize;
+        let mem = Pages::new(seed_pages + 3);
         let mut pool = Pool::default();
-        // Page 0 is a seed; pages 1..4 are slabs of frames 101..104.
-        // SAFETY: each page is page aligned, ours, and used by nothing else.
-        unsafe { pool.add_raw(Short::Singles, mem.page(0), None) };
+        // The first pages are a seed; the three after it slabs of frames 101..104.
+        // SAFETY: the pages are page aligned, ours, and used by nothing else.
+        assert!(unsafe { pool.add_seed(mem.page(0)) });
         for i in 1..4 {
+            let at = mem.page(seed_pages + i - 1);
             // SAFETY: as above.
-            unsafe { pool.add_raw(Short::Singles, mem.page(i), Some(frames(100 + i as u64, 1))) };
+            unsafe { pool.add_raw(Short::Singles, at, Some(frames(100 + i as u64, 1))) };
         }
         pool.bytes = 3 * PAGE_SIZE;
         let per = Pool::per_slab(Short::Singles);
@@ -2986,7 +2994,7 @@ mod tests {
         let left = 4 - gone.len() as u64;
         assert_eq!(pool.singles.free, left * per);
         for r in &gone {
-            let i = (r.start().get() - 100) as usize * PAGE_SIZE as usize;
+            let i = (seed_pages + (r.start().get() - 101) as usize) * PAGE_SIZE as usize;
             assert!(
                 mem.bytes()[i..i + PAGE_SIZE as usize]
                     .iter()
@@ -3085,9 +3093,8 @@ mod tests {
         use crate::test_util::SparseMem;
         let g = 1u64 << 18;
         let range = frames(4 * g, 2 * g);
-        let region = frames(8 * g, region_bytes(range).div_ceil(PAGE_SIZE));
         let mem = SparseMem::default();
-        let (span, seed) = SpanMeta::map(&mem, range, region).unwrap();
+        let (span, seed) = map_span(&mem, range);
         let mut zm = ZoneMeta::default();
         let slot = zm.add(span, seed).unwrap();
         // A pool pageblock's frames at 100 << 9: a singles slab and an array slab there, and
@@ -3210,9 +3217,8 @@ mod tests {
         use crate::test_util::SparseMem;
         let g = 1u64 << 18;
         let range = frames(4 * g, 2 * g);
-        let region = frames(8 * g, region_bytes(range).div_ceil(PAGE_SIZE));
         let mem = SparseMem::default();
-        let (span, seed) = SpanMeta::map(&mem, range, region).unwrap();
+        let (span, seed) = map_span(&mem, range);
         let at = seed.0;
         let untouched = |what: Short| {
             // SAFETY: the seed's slabs lie in the region, mapped and filled by `SparseMem`
@@ -3325,9 +3331,8 @@ mod tests {
         let g = 1u64 << 18;
         // Section 0 is an edge one, 1 and 2 are whole.
         let range = frames(4 * g + 3 * 512, 3 * g - 3 * 512);
-        let region = frames(8 * g, region_bytes(range).div_ceil(PAGE_SIZE));
         let mem = SparseMem::default();
-        let (span, seed) = SpanMeta::map(&mem, range, region).unwrap();
+        let (span, seed) = map_span(&mem, range);
         let cold = span.cold;
         let mut zm = ZoneMeta::default();
         let slot = zm.add(span, seed).unwrap();

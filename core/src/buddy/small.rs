@@ -607,8 +607,8 @@ impl FreeArea {
         mut accept: impl FnMut(&Self, PbRef) -> Option<bool>,
     ) -> Option<PbRef> {
         let mut from = from;
-        while let Some(b) = self.buckets[class.index()].nonempty(band).next_set(from) {
-            let mut cur = self.buckets[class.index()].head(band * FRAMES + b);
+        while let Some((b, head)) = self.buckets[class.index()].first_from(band, from) {
+            let mut cur = head;
             while let Some(r) = PbRef::unpack(cur) {
                 let h = self.meta.pb(r)?;
                 cur = h.next;

@@ -106,6 +106,7 @@ fn node_frames(n: usize) -> u64 {
         + 4 * HeadRoom::BYTES
         + n * (size_of::<NodeId>() + size_of::<AtomicU16>())
         + (COLOURS - 1) * COLOUR_BYTES;
+    // The two fallback rows, the four rooms of bucket heads, the `Node`.
     pages_for(bytes, 7)
 }
 
