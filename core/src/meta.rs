@@ -21,6 +21,7 @@
 //! the span's own end, so splitting them needs nothing from the pool.
 
 use core::mem::{MaybeUninit, align_of, size_of};
+use core::num::NonZero;
 use core::ptr::NonNull;
 
 use crate::addr::{PAGE_SIZE, Pfn, PhysRange};
@@ -333,13 +334,15 @@ impl PbBuckets {
 }
 
 /// A pageblock's cell: the header other modules see, and the plane handle only this module
-/// follows: one plane (allocation only) or a pair (allocation, extra), so a header is one
-/// tagged pointer and 40 bytes in all.
+/// follows: one plane (allocation only) or a pair (allocation, extra), one pointer wide, so a
+/// cell is 32 bytes: two to a cache line, never across one.
 #[derive(Debug)]
 struct PbCell {
     header: PbHeader,
     planes: Option<PlaneRef>,
 }
+
+const _: () = assert!(size_of::<PbCell>() == 32);
 
 /// Which plane of a pageblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -392,13 +395,20 @@ impl SecRef {
     }
 }
 
-/// The planes of a pageblock, from a zone's pool. Never leaves this module: other modules name
-/// planes by their pageblock and [`Which`].
+/// The planes of a pageblock, from a zone's pool: the address of their slot, with bit 0 set for
+/// a pair (slots are aligned as planes are, so the bit is free). Never leaves this module:
+/// other modules name planes by their pageblock and [`Which`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PlaneRef {
+struct PlaneRef(NonNull<u8>);
+
+/// What a [`PlaneRef`] holds, unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Planes {
     Single(NonNull<UnsafeCell<Plane>>),
     Pair(NonNull<UnsafeCell<[Plane; 2]>>),
 }
+
+const _: () = assert!(align_of::<UnsafeCell<Plane>>() >= 2);
 
 /// A pageblock array: from a span's end (edge sections) or a zone's pool (whole sections).
 /// Never leaves this module.
@@ -427,11 +437,35 @@ enum Origin {
 }
 
 impl PlaneRef {
+    /// A handle on a single plane in slot `p`.
+    fn single(p: NonNull<UnsafeCell<Plane>>) -> PlaneRef {
+        debug_assert!(p.is_aligned());
+        PlaneRef(p.cast())
+    }
+
+    /// A handle on a pair of planes in slot `p`.
+    fn pair(p: NonNull<UnsafeCell<[Plane; 2]>>) -> PlaneRef {
+        debug_assert!(p.is_aligned());
+        PlaneRef(p.cast::<u8>().map_addr(|a| a | 1))
+    }
+
+    /// The planes this handle names.
+    #[inline]
+    fn get(self) -> Planes {
+        // The slot's address is aligned and not null, so clearing bit 0 keeps it non-zero.
+        let slot = self.0.map_addr(|a| NonZero::new(a.get() & !1).unwrap_or(a));
+        if self.0.addr().get() & 1 == 0 {
+            Planes::Single(slot.cast())
+        } else {
+            Planes::Pair(slot.cast())
+        }
+    }
+
     /// The slab kind and the slot the planes occupy.
     fn slot(self) -> (Short, NonNull<u8>) {
-        match self {
-            PlaneRef::Single(p) => (Short::Singles, p.cast()),
-            PlaneRef::Pair(p) => (Short::Pairs, p.cast()),
+        match self.get() {
+            Planes::Single(p) => (Short::Singles, p.cast()),
+            Planes::Pair(p) => (Short::Pairs, p.cast()),
         }
     }
 }
@@ -1506,7 +1540,7 @@ impl Pool {
                 // SAFETY: the slot is ours now, sized and aligned for a plane, and seen by
                 // nothing else.
                 unsafe { p.write(UnsafeCell::new(alloc)) };
-                PlaneRef::Single(p)
+                PlaneRef::single(p)
             }
             Some(x) => {
                 let slot = self.take_slot(Short::Pairs, need)?;
@@ -1514,16 +1548,14 @@ impl Pool {
                 let p = slot.cast::<UnsafeCell<[Plane; 2]>>();
                 // SAFETY: as above, for a pair.
                 unsafe { p.write(UnsafeCell::new([alloc, x])) };
-                PlaneRef::Pair(p)
+                PlaneRef::pair(p)
             }
         })
     }
 
     fn put_planes(&mut self, p: PlaneRef) {
-        match p {
-            PlaneRef::Single(p) => self.put_slot(Short::Singles, p.cast()),
-            PlaneRef::Pair(p) => self.put_slot(Short::Pairs, p.cast()),
-        }
+        let (kind, slot) = p.slot();
+        self.put_slot(kind, slot);
     }
 
     /// `true` if the pool's lists agree with its counts: every plane slab on a list has its
@@ -1608,11 +1640,11 @@ impl Pool {
 unsafe fn read_plane(p: PlaneRef, which: Which) -> Option<Plane> {
     // SAFETY: the caller's guarantee.
     unsafe {
-        match (p, which) {
-            (PlaneRef::Single(q), Which::Alloc) => Some(q.as_ref().with(|c| *c)),
-            (PlaneRef::Single(_), Which::Extra) => None,
-            (PlaneRef::Pair(q), Which::Alloc) => Some(q.as_ref().with(|c| (*c)[0])),
-            (PlaneRef::Pair(q), Which::Extra) => Some(q.as_ref().with(|c| (*c)[1])),
+        match (p.get(), which) {
+            (Planes::Single(q), Which::Alloc) => Some(q.as_ref().with(|c| *c)),
+            (Planes::Single(_), Which::Extra) => None,
+            (Planes::Pair(q), Which::Alloc) => Some(q.as_ref().with(|c| (*c)[0])),
+            (Planes::Pair(q), Which::Extra) => Some(q.as_ref().with(|c| (*c)[1])),
         }
     }
 }
@@ -1952,10 +1984,10 @@ impl ZoneMeta {
         // the planes are this zone's pool's, held by this header, distinct from the cell.
         Some(cell.with(|p| unsafe {
             let c = &*p;
-            match c.planes {
+            match c.planes.map(PlaneRef::get) {
                 None => f(&c.header, None, None),
-                Some(PlaneRef::Single(q)) => q.as_ref().with(|a| f(&c.header, Some(&*a), None)),
-                Some(PlaneRef::Pair(q)) => q
+                Some(Planes::Single(q)) => q.as_ref().with(|a| f(&c.header, Some(&*a), None)),
+                Some(Planes::Pair(q)) => q
                     .as_ref()
                     .with(|a| f(&c.header, Some(&(*a)[0]), Some(&(*a)[1]))),
             }
@@ -1975,12 +2007,12 @@ impl ZoneMeta {
         // and to the planes its handle names (this zone's pool's, distinct from the cell).
         Some(cell.with_mut(|p| unsafe {
             let c = &mut *p;
-            match c.planes {
+            match c.planes.map(PlaneRef::get) {
                 None => f(&mut c.header, None, None),
-                Some(PlaneRef::Single(q)) => q
+                Some(Planes::Single(q)) => q
                     .as_ref()
                     .with_mut(|a| f(&mut c.header, Some(&mut *a), None)),
-                Some(PlaneRef::Pair(q)) => q.as_ref().with_mut(|a| {
+                Some(Planes::Pair(q)) => q.as_ref().with_mut(|a| {
                     let [x, y] = &mut *a;
                     f(&mut c.header, Some(x), Some(y))
                 }),
@@ -2004,8 +2036,8 @@ impl ZoneMeta {
     /// `true` if pageblock `r` has the plane `which`.
     pub(crate) fn has_plane(&self, r: PbRef, which: Which) -> bool {
         matches!(
-            (self.plane_ref(r), which),
-            (Some(_), Which::Alloc) | (Some(PlaneRef::Pair(_)), Which::Extra)
+            (self.plane_ref(r).map(PlaneRef::get), which),
+            (Some(_), Which::Alloc) | (Some(Planes::Pair(_)), Which::Extra)
         )
     }
 
@@ -2027,9 +2059,9 @@ impl ZoneMeta {
         let p = self.plane_ref(r)?;
         // SAFETY: as in `plane`; `&mut self` makes this the only access.
         Some(unsafe {
-            match p {
-                PlaneRef::Single(q) => q.as_ref().with_mut(|c| f(&mut *c, None)),
-                PlaneRef::Pair(q) => q.as_ref().with_mut(|c| {
+            match p.get() {
+                Planes::Single(q) => q.as_ref().with_mut(|c| f(&mut *c, None)),
+                Planes::Pair(q) => q.as_ref().with_mut(|c| {
                     let [a, x] = &mut *c;
                     f(a, Some(x))
                 }),
@@ -2181,16 +2213,16 @@ impl ZoneMeta {
         // slot of this pool's, sized and aligned for its kind; `&mut self` excludes every other
         // access.
         let new = unsafe {
-            match old {
-                PlaneRef::Single(p) => {
+            match old.get() {
+                Planes::Single(p) => {
                     let q = q.cast::<UnsafeCell<Plane>>();
                     q.write(UnsafeCell::new(p.as_ref().with(|c| *c)));
-                    PlaneRef::Single(q)
+                    PlaneRef::single(q)
                 }
-                PlaneRef::Pair(p) => {
+                Planes::Pair(p) => {
                     let q = q.cast::<UnsafeCell<[Plane; 2]>>();
                     q.write(UnsafeCell::new(p.as_ref().with(|c| *c)));
-                    PlaneRef::Pair(q)
+                    PlaneRef::pair(q)
                 }
             }
         };

@@ -534,16 +534,16 @@ fn the_invariant_walk_catches_a_pageblock_that_records_another_bucket() {
 
 /// What [`split_frame_by_frame`] saw: metadata bytes and free frames at boot, the frames it
 /// took, and the metadata bytes then.
-struct Split80 {
+struct SplitFrames {
     boot: u64,
     boot_free: u64,
     held: Vec<Pfn>,
     split: u64,
 }
 
-/// Fills node 0 of `m` (80 GiB booted with `Spec::uniform(1, 80 << 18, 4 << 18)`) frame by
-/// frame: about 5 MiB of arrays and planes, three pool pageblocks.
-fn split_frame_by_frame(m: &Machine<'_>) -> Split80 {
+/// Fills node 0 of `m` (96 GiB booted with `Spec::uniform(1, 96 << 18, 4 << 18)`) frame by
+/// frame: about 4.5 MiB of arrays and planes, three pool pageblocks.
+fn split_frame_by_frame(m: &Machine<'_>) -> SplitFrames {
     let boot = m.metadata_bytes();
     let boot_free = m.node(n(0)).unwrap().free_pages();
     let held = fill(m);
@@ -552,7 +552,7 @@ fn split_frame_by_frame(m: &Machine<'_>) -> Split80 {
         split >= boot + (5 << 20),
         "{boot} bytes at boot, {split} split"
     );
-    Split80 {
+    SplitFrames {
         boot,
         boot_free,
         held,
@@ -566,15 +566,15 @@ fn split_frame_by_frame(m: &Machine<'_>) -> Split80 {
     ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
 )]
 fn the_metadata_pool_shrinks_when_memory_merges_whole() {
-    // 80 GiB split frame by frame needs about 5 MiB of arrays and planes: three pool
+    // 96 GiB split frame by frame needs about 4.5 MiB of arrays and planes: three pool
     // pageblocks. Once every frame is back and merged whole, the pool gives back all its slabs
     // of the zone's frames but a few it keeps for its next growth, and every pool pageblock
     // but the one holding those, once asked to. The span's last pageblock stays split: its end
     // holds the span's region.
-    let spec = Spec::uniform(1, 80 << 18, 4 << 18);
+    let spec = Spec::uniform(1, 96 << 18, 4 << 18);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
-    let Split80 {
+    let SplitFrames {
         boot,
         boot_free,
         held,
@@ -611,16 +611,16 @@ fn the_metadata_pool_shrinks_when_memory_merges_whole() {
     ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
 )]
 fn the_trim_packs_metadata_still_in_use_into_fewer_pool_pageblocks() {
-    // 80 GiB split frame by frame, then freed but for one frame in each of 24 pageblocks
+    // 96 GiB split frame by frame, then freed but for one frame in each of 24 pageblocks
     // spread over the order they were split in: their planes and their sections' arrays lie
     // in slabs of every pool pageblock, a few in each. The trim moves them (the owner index
     // names each plane's pageblock), the emptiest pool pageblock first, into the others, with
     // array slabs carved there when no free one has room, and gives back every pool pageblock
     // but one. Before, all three stayed.
-    let spec = Spec::uniform(1, 80 << 18, 4 << 18);
+    let spec = Spec::uniform(1, 96 << 18, 4 << 18);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
-    let Split80 {
+    let SplitFrames {
         boot,
         boot_free,
         held,
