@@ -56,8 +56,19 @@ impl Plane {
         }
     }
 
-    /// Sets (`on`) or clears bits `start..start + len`.
+    /// Sets (`on`) or clears bits `start..start + len`. Inlined for the single bit of an
+    /// order-0 block, which most calls change.
+    #[inline]
     pub(crate) fn fill(&mut self, start: usize, len: usize, on: bool) {
+        if len == 1 {
+            self.put(start, on);
+        } else {
+            self.fill_words(start, len, on);
+        }
+    }
+
+    /// [`Plane::fill`] word by word.
+    fn fill_words(&mut self, start: usize, len: usize, on: bool) {
         Self::words(start, len, |w, m| {
             if on {
                 self.0[w] |= m;
@@ -326,5 +337,20 @@ mod tests {
         p.clear_from(&q);
         assert!(p.all(3, 4, false) && p.get(2) && p.get(7));
         assert!(p.all(128, 128, false) && !p.all(127, 2, false));
+    }
+
+    /// A fill of one bit (the inlined path) changes that bit and no other, at every position.
+    #[test]
+    fn single_bit_fills_change_that_bit_only() {
+        for i in 0..FRAMES {
+            for (from, on) in [(Plane::FULL, false), (Plane::EMPTY, true)] {
+                let mut p = from;
+                p.fill(i, 1, on);
+                for j in 0..FRAMES {
+                    let want = if j == i { on } else { !on };
+                    assert_eq!(p.get(j), want, "bit {j} after filling bit {i} with {on}");
+                }
+            }
+        }
     }
 }
