@@ -417,8 +417,9 @@ pub enum OfflineError {
         /// The boundary of the range that lies inside a span.
         pfn: Pfn,
     },
-    /// The range holds the machine-wide tables, carved at boot from the end of the span that
-    /// starts here: that span never goes offline.
+    /// The range holds tables carved at boot from the end of the span that starts here (the
+    /// machine-wide tables, a node's or a CPU's, or the metadata region of its node's first
+    /// span below 4 GiB): that span never goes offline.
     Tables {
         /// The span's first frame.
         start: Pfn,

@@ -144,6 +144,11 @@ pub(super) struct NodeTables {
     /// The node that took the cache of this node's last CPU. Rooms only shrink, so every node
     /// nearer than it still lacks room for one: while it has room, it is still the nearest.
     cpus_host: Option<NodeId>,
+    /// The metadata region of the node's first piece below 4 GiB when it came off this room
+    /// (above 4 GiB) rather than off that piece's own end: `(the piece's start, the region)`.
+    /// The piece's span then covers all of it, in whole sections if it is aligned (see
+    /// [`Machine::boot`]).
+    low_region: Option<(Pfn, PhysRange)>,
 }
 
 impl NodeTables {
@@ -160,6 +165,30 @@ impl NodeTables {
     fn fits(&self, frames: u64) -> bool {
         self.cut.get() - self.piece.start().get() > frames
     }
+
+    /// Takes the metadata region of piece `p`, below 4 GiB, off this room if the room lies
+    /// above 4 GiB, holds it, and has given no region yet.
+    fn take_low_region(&mut self, p: &Piece) {
+        if self.low_region.is_some()
+            || self.piece.start() < DMA32_END
+            || p.whole.end() > DMA32_END
+            || !self.fits(p.meta.frames())
+        {
+            return;
+        }
+        let start = Pfn::new(self.cut.get() - p.meta.frames());
+        if let Some(region) = PhysRange::new(start, self.cut) {
+            self.cut = start;
+            self.low_region = Some((p.whole.start(), region));
+        }
+    }
+
+    /// The metadata region for piece `p` if it came off this room.
+    fn region_of(&self, p: &Piece) -> Option<PhysRange> {
+        self.low_region
+            .filter(|(start, _)| *start == p.whole.start())
+            .map(|(_, r)| r)
+    }
 }
 
 /// Where boot carved the allocator's tables, for [`Machine::node_tables`] and its kin.
@@ -171,14 +200,17 @@ pub(super) struct Tables<'a> {
 }
 
 impl Tables<'_> {
-    /// `true` if `range` holds some of them: the machine-wide tables, a node's or a CPU's.
+    /// `true` if `range` holds some of them: the machine-wide tables, a node's or a CPU's, or
+    /// the metadata region of a span below 4 GiB that came off a node's room.
     pub(super) fn overlap(&self, range: &PhysRange) -> bool {
         self.machine.frames.overlaps(range)
-            || self.nodes.iter().any(|t| t.own.frames.overlaps(range))
+            || self.nodes.iter().any(|t| {
+                t.own.frames.overlaps(range) || t.low_region.is_some_and(|(_, r)| r.overlaps(range))
+            })
             || self.cpus.iter().any(|t| t.frames.overlaps(range))
     }
 
-    /// Frames of all of them.
+    /// Frames of all of them but the spans' regions (their zones count those).
     pub(super) fn frames(&self) -> u64 {
         self.machine.frames.frames()
             + self
@@ -280,7 +312,11 @@ impl<'a> Machine<'a> {
     /// node's; a node without memory, or one with no room left, is served by the nearest node
     /// that has room (by distance from it, ties to the lower id). The machine-wide tables (the
     /// span index, the references to every node's and CPU's tables, the fallback lengths) come
-    /// off the end of the first range with room for them, before any other.
+    /// off the end of the first range with room for them (its piece above 4 GiB if that has
+    /// room), before any other. Each span's metadata region comes off the end of its own piece,
+    /// but for a node's first piece below 4 GiB when the node's tables lie above 4 GiB: its
+    /// region comes off the node's room after them, so that the piece (from 0, say) stays
+    /// whole 1 GiB sections rather than leaving a section partly covered.
     /// [`Machine::node_tables`], [`Machine::cpu_tables`] and [`Machine::machine_tables`] say
     /// where each went. Their frames never reach a zone: a free of one is
     /// [`FreeError::Foreign`](crate::FreeError::Foreign), and a hot-add over them is refused.
@@ -326,15 +362,20 @@ impl<'a> Machine<'a> {
         let ncpu = opts.cpus.len();
         let machine_frames = pages_for(machine_bytes(n, cap, ncpu).ok_or(oom)?, MACHINE_TABLES);
 
-        // The machine-wide tables come off the end of the first piece with room for them.
+        // The machine-wide tables come off the end of the first range with room for them, off
+        // its higher piece if both have room (so that a range from 0 keeps its first 4 GiB
+        // whole).
         let mut host = None;
         for r in ranges {
             pieces(r.node, r.range, |p| {
-                if host.is_none() && p.usable.frames() > machine_frames {
+                if p.usable.frames() > machine_frames {
                     host = Some((p.node, p.usable));
                 }
                 Ok(())
             })?;
+            if host.is_some() {
+                break;
+            }
         }
         let (host, host_piece) = host.ok_or(oom)?;
         let machine_range = tail(host_piece, machine_frames).ok_or(oom)?;
@@ -402,6 +443,16 @@ impl<'a> Machine<'a> {
                 Ok::<&PerCpu<'a>, BootError>(pc)
             })
             .ok_or(oom)??;
+        // Then the region of each node's first piece below 4 GiB, off the node's room above it,
+        // so that the piece's span has no edge section of its own making.
+        for r in ranges {
+            pieces(r.node, r.range, |p| {
+                if !p.whole.overlaps(&machine_range) {
+                    rooms.nodes[p.node.index()].take_low_region(&p);
+                }
+                Ok(())
+            })?;
+        }
         let places: &'a [NodeTables] = rooms.nodes;
         let layout_tables = LayoutTables {
             rows,
@@ -446,9 +497,13 @@ impl<'a> Machine<'a> {
             {
                 last = Some(r.range.start());
                 pieces(r.node, r.range, |mut p| {
+                    let room = &places[p.node.index()];
+                    if let Some(region) = room.region_of(&p) {
+                        p.usable = p.whole;
+                        p.meta = region;
+                    }
                     // The tables carved from the piece stay out of its zone.
                     p.usable = without_machine(p.usable);
-                    let room = &places[p.node.index()];
                     if p.usable == room.piece {
                         p.usable = p.usable.split_at(room.cut).0;
                     }
@@ -471,9 +526,88 @@ impl<'a> Machine<'a> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::*;
-    use crate::test_util::{SparseMem, n};
+    use crate::node::ZoneKind;
+    use crate::test_util::{SparseMem, Spec, n};
     use crate::topology::NodeInfo;
+    use crate::zonelist::FallbackOptions;
+    use crate::{AllocFlags, FreeError, OfflineError, OfflineOptions, Order};
+
+    const GIB: u64 = 1 << 18;
+
+    /// The metadata regions of `m`'s zone `kind` of node `node`'s spans.
+    fn regions(m: &Machine<'_>, node: usize, kind: ZoneKind) -> std::vec::Vec<PhysRange> {
+        m.node(n(node))
+            .unwrap()
+            .zone(kind)
+            .with_area(|a| a.meta.spans().map(|(_, s)| s.region).collect())
+    }
+
+    /// Node 0 from 0 to 10 GiB keeps its tables above 4 GiB (its largest piece), so the
+    /// region of its span below 4 GiB comes off the node's room after them: the span is all
+    /// four whole sections, free as 1 GiB blocks. The region's frames are no zone's and hold
+    /// the Normal span in place; the Dma32 span goes offline and comes back (its new region
+    /// then off its own end). A node all below 4 GiB keeps its region at its own end.
+    #[test]
+    fn a_node_from_0_keeps_its_first_4_gib_whole() {
+        let spec = Spec::uniform(2, 10 * GIB, 0);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        m.check_invariants().unwrap();
+        let node0 = m.node(n(0)).unwrap();
+        let dma32 = node0.zone(ZoneKind::Dma32);
+        // The rule's outcome, from the sizes alone: all 4 GiB managed, as four 1 GiB blocks.
+        assert_eq!(dma32.counters().managed, 4 * GIB);
+        assert_eq!(dma32.buddyinfo()[usize::from(Order::MAX.get())], 4);
+        let [low] = regions(&m, 0, ZoneKind::Dma32)[..] else {
+            panic!("one Dma32 span");
+        };
+        let [normal] = regions(&m, 0, ZoneKind::Normal)[..] else {
+            panic!("one Normal span");
+        };
+        let tables = m.node_tables(n(0)).unwrap().frames;
+        assert!(low.start() >= DMA32_END && low.end() <= Pfn::new(10 * GIB));
+        for other in [normal, tables, m.machine_tables().frames] {
+            assert!(!low.overlaps(&other), "{low:?} and {other:?}");
+        }
+        assert_eq!(m.node_of(low.start()), None);
+        assert_eq!(
+            m.free(low.start(), Order::ZERO),
+            Err(FreeError::Foreign { pfn: low.start() })
+        );
+        // The Normal span holds the region (and the tables): it stays.
+        let normal_part = range(4 * GIB, 10 * GIB);
+        assert!(matches!(
+            m.offline(&mem, normal_part, OfflineOptions::default()),
+            Err(OfflineError::Tables { .. })
+        ));
+        let below = range(0, 4 * GIB);
+        m.offline(&mem, below, OfflineOptions::default()).unwrap();
+        m.check_invariants().unwrap();
+        assert_eq!(dma32.counters().managed, 0);
+        m.hot_add(&mem, n(0), below, FallbackOptions::default())
+            .unwrap();
+        m.check_invariants().unwrap();
+        let [again] = regions(&m, 0, ZoneKind::Dma32)[..] else {
+            panic!("one Dma32 span");
+        };
+        assert_eq!(
+            again.end(),
+            DMA32_END,
+            "a hot-added span's region is its own end"
+        );
+        assert_eq!(dma32.counters().managed + again.frames(), 4 * GIB);
+        assert!(m.alloc(n(0), Order::ZERO, AllocFlags::DMA32).is_some());
+        // A node all below 4 GiB keeps its region at its own end.
+        let small = Spec::uniform(1, 2 * GIB, 0);
+        let m = small.boot(&mem);
+        let [own] = regions(&m, 0, ZoneKind::Dma32)[..] else {
+            panic!("one Dma32 span");
+        };
+        assert_eq!(own.end(), Pfn::new(2 * GIB));
+    }
 
     fn range(start: u64, end: u64) -> PhysRange {
         PhysRange::new(Pfn::new(start), Pfn::new(end)).unwrap()
