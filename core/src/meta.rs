@@ -335,8 +335,10 @@ impl PbBuckets {
 
 /// A pageblock's cell: the header other modules see, and the plane handle only this module
 /// follows: one plane (allocation only) or a pair (allocation, extra), one pointer wide, so a
-/// cell is 32 bytes: two to a cache line, never across one.
+/// cell is 32 bytes, aligned as much: two to a cache line, never across one (arrays are laid
+/// out at the cell's alignment, edge arrays in a span's region included).
 #[derive(Debug)]
+#[repr(align(32))]
 struct PbCell {
     header: PbHeader,
     planes: Option<PlaneRef>,

@@ -542,7 +542,8 @@ struct SplitFrames {
 }
 
 /// Fills node 0 of `m` (96 GiB booted with `Spec::uniform(1, 96 << 18, 4 << 18)`) frame by
-/// frame: about 4.5 MiB of arrays and planes, three pool pageblocks.
+/// frame: about 4.5 MiB of arrays and planes, in three pool pageblocks (6 MiB, which
+/// `metadata_bytes` counts whole).
 fn split_frame_by_frame(m: &Machine<'_>) -> SplitFrames {
     let boot = m.metadata_bytes();
     let boot_free = m.node(n(0)).unwrap().free_pages();
