@@ -10,7 +10,8 @@
 //! - a 1024-node machine;
 //! - memory hot-add to memoryless nodes, which then join every list;
 //! - where a booted machine puts each node's and each CPU's tables: in the node's own memory,
-//!   or for a memoryless node in its nearest node's with memory (Linux's `numa_mem_id`).
+//!   or for a memoryless node in its nearest node's with memory (Linux's `numa_mem_id`); and, on
+//!   random layouts around 4 GiB, that boot accounts for every frame.
 
 use numaframe::zonelist::{FallbackOptions, build_fallback};
 use numaframe::{
@@ -635,6 +636,104 @@ proptest! {
     #[test]
     fn tables_live_on_the_nearest_node_with_memory_on_random_topologies(t in tables()) {
         check_placement(&t, 4 * MIB)?;
+    }
+}
+
+/// Random memory layouts around 4 GiB: `(node, start, frames)` ranges in address order, one or
+/// two per node, the first often from 0, some crossing 4 GiB, sizes in whole pages.
+fn layouts() -> impl Strategy<Value = Vec<(usize, u64, u64)>> {
+    const GIB_FRAMES: u64 = 1 << 18;
+    let range = (0u64..3 * GIB_FRAMES, 16 * 256..12 * GIB_FRAMES);
+    (
+        1usize..=3,
+        prop::collection::vec(range, 2..=6),
+        any::<bool>(),
+    )
+        .prop_map(|(nodes, parts, from_zero)| {
+            let mut at = 0;
+            let mut out = Vec::new();
+            for (i, (gap, frames)) in parts.into_iter().enumerate() {
+                at += if i == 0 && from_zero { 0 } else { gap };
+                out.push((i % nodes, at, frames));
+                at += frames;
+            }
+            out
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Boot accounts for every frame: each frame of a range is managed by a zone or is the
+    /// allocator's own (a table or a span's metadata region, which `metadata_bytes` counts),
+    /// never both. The tables are disjoint, inside the ranges, and no zone's. A node whose
+    /// memory starts at 0 and whose largest piece lies above 4 GiB manages all of its first
+    /// 4 GiB (nothing carved there leaves a section partly covered).
+    #[test]
+    fn boot_accounts_for_every_frame(layout in layouts()) {
+        use numaframe::{MemoryRange, PAGE_SIZE, ZoneKind};
+        let nodes = layout.iter().map(|r| r.0).max().unwrap_or(0) + 1;
+        let spec = MachineSpec::new(
+            "layout",
+            (0..nodes)
+                .map(|i| NodeSpec {
+                    cpus: vec![i as u32],
+                    memory_bytes: PAGE_SIZE,
+                    ..NodeSpec::default()
+                })
+                .collect(),
+            (0..nodes * nodes)
+                .map(|k| if k / nodes == k % nodes { 10 } else { 20 })
+                .collect(),
+            None,
+        )
+        .expect("valid spec");
+        let arenas: Vec<(u64, u64)> = layout
+            .iter()
+            .map(|&(_, start, frames)| (start * PAGE_SIZE, frames * PAGE_SIZE))
+            .collect();
+        let mem = SimMemory::new(&arenas).expect("simulated memory");
+        let ranges: Vec<MemoryRange> = layout
+            .iter()
+            .map(|&(node, start, frames)| MemoryRange {
+                node: NodeId::new(node),
+                range: PhysRange::new(Pfn::new(start), Pfn::new(start + frames)).expect("a range"),
+            })
+            .collect();
+        let cpus: Vec<NodeId> = (0..nodes).map(NodeId::new).collect();
+        let m = Machine::boot(
+            spec.topology(),
+            &mem,
+            &ranges,
+            BootOptions { cpus: &cpus, ..BootOptions::default() },
+        )
+        .expect("boot");
+        m.check_invariants().expect("invariants");
+        let total: u64 = ranges.iter().map(|r| r.range.frames()).sum();
+        let managed: u64 = m.nodes().iter().map(|n| n.managed_pages()).sum();
+        prop_assert_eq!(managed + m.metadata_bytes() / PAGE_SIZE, total);
+        let mut places: Vec<PhysRange> = std::iter::once(m.machine_tables().frames)
+            .chain((0..nodes).map(|i| m.node_tables(NodeId::new(i)).expect("a node").frames))
+            .chain((0..nodes).map(|i| m.cpu_tables(m.cpu(i).expect("a CPU")).expect("tables").frames))
+            .collect();
+        places.sort_by_key(|r| r.start());
+        for pair in places.windows(2) {
+            prop_assert!(pair[0].end() <= pair[1].start(), "{:?} overlap", pair);
+        }
+        for t in &places {
+            prop_assert!(ranges.iter().any(|r| r.range.start() <= t.start() && t.end() <= r.range.end()));
+            for pfn in [t.start(), Pfn::new(t.end().get() - 1)] {
+                prop_assert_eq!(m.node_of(pfn), None);
+            }
+        }
+        const DMA32_END: u64 = 1 << 20;
+        if let Some(&(node, 0, frames)) = layout.first()
+            && frames > 2 * DMA32_END
+            && layout.iter().filter(|r| r.0 == node).all(|r| r.1 == 0 || r.2 < frames - DMA32_END)
+        {
+            let managed = m.nodes()[node].zone(ZoneKind::Dma32).counters().managed;
+            prop_assert_eq!(managed, DMA32_END);
+        }
     }
 }
 
