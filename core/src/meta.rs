@@ -335,16 +335,26 @@ impl PbBuckets {
 
 /// A pageblock's cell: the header other modules see, and the plane handle only this module
 /// follows: one plane (allocation only) or a pair (allocation, extra), one pointer wide, so a
-/// cell is 32 bytes, aligned as much: two to a cache line, never across one (arrays are laid
-/// out at the cell's alignment, edge arrays in a span's region included).
+/// cell is 32 bytes: two to a cache line, never across one (arrays are laid out at
+/// [`CELL_ALIGN`]: pool arrays on pages, edge arrays in a span's region explicitly).
 #[derive(Debug)]
-#[repr(align(32))]
 struct PbCell {
     header: PbHeader,
     planes: Option<PlaneRef>,
 }
 
 const _: () = assert!(size_of::<PbCell>() == 32);
+
+/// Where a pageblock array starts: a multiple of a cell's size, so that no cell crosses a
+/// cache line (or of the cell's alignment if larger, as under loom, whose cells are bigger).
+const CELL_ALIGN: usize = {
+    let a = align_of::<UnsafeCell<PbCell>>();
+    if a > size_of::<PbCell>() {
+        a
+    } else {
+        size_of::<PbCell>()
+    }
+};
 
 /// Which plane of a pageblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -554,7 +564,7 @@ pub(crate) fn region_bytes(range: PhysRange) -> u64 {
     let edges: u64 = edge_sections(range)
         .map(|s| pbs_in_section(range, s) * size_of::<UnsafeCell<PbCell>>() as u64)
         .sum();
-    seed_bytes() + table_bytes(range) + edges + 2 * align_of::<UnsafeCell<PbCell>>() as u64
+    seed_bytes() + table_bytes(range) + edges + 2 * CELL_ALIGN as u64
 }
 
 /// Bytes of region enough for a span over any part of `range` that starts where `range` starts:
@@ -562,7 +572,7 @@ pub(crate) fn region_bytes(range: PhysRange) -> u64 {
 /// last section into an edge one, which needs an array.
 pub(crate) fn region_bytes_bound(range: PhysRange) -> u64 {
     let edge = (PBS_PER_SECTION * size_of::<UnsafeCell<PbCell>>()) as u64;
-    seed_bytes() + table_bytes(range) + 2 * edge + 2 * align_of::<UnsafeCell<PbCell>>() as u64
+    seed_bytes() + table_bytes(range) + 2 * edge + 2 * CELL_ALIGN as u64
 }
 
 /// Bytes of a span's section table over `range` and the table of its cold parts after it, with
@@ -611,7 +621,7 @@ impl SpanMeta {
         let mut edges: [Option<(u64, Array)>; 2] = [None, None];
         for (slot, s) in edges.iter_mut().zip(edge_sections(range)) {
             let len = pbs_in_section(range, s) as usize;
-            let align = align_of::<UnsafeCell<PbCell>>();
+            let align = CELL_ALIGN;
             let offset = cursor.as_ptr().addr().next_multiple_of(align) - cursor.as_ptr().addr();
             // SAFETY: `region_bytes` counted the alignment slack, then `len` cells for this
             // edge section after the table, so `ptr` and the writes below stay inside the
