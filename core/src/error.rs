@@ -417,9 +417,10 @@ pub enum OfflineError {
         /// The boundary of the range that lies inside a span.
         pfn: Pfn,
     },
-    /// The range holds tables carved at boot from the end of the span that starts here (the
-    /// machine-wide tables, a node's or a CPU's, or the metadata region of its node's first
-    /// span below 4 GiB): that span never goes offline.
+    /// The span that starts here is bound to tables carved at boot: it holds some (the
+    /// machine-wide tables, a node's or a CPU's, or another span's metadata region), or its own
+    /// region lies among its node's tables (a node's largest span below 4 GiB). It never goes
+    /// offline.
     Tables {
         /// The span's first frame.
         start: Pfn,

@@ -144,11 +144,11 @@ pub(super) struct NodeTables {
     /// The node that took the cache of this node's last CPU. Rooms only shrink, so every node
     /// nearer than it still lacks room for one: while it has room, it is still the nearest.
     cpus_host: Option<NodeId>,
-    /// The metadata region of the node's first piece below 4 GiB when it came off this room
-    /// (above 4 GiB) rather than off that piece's own end: `(the piece's start, the region)`.
-    /// The piece's span then covers all of it, in whole sections if it is aligned (see
-    /// [`Machine::boot`]).
-    low_region: Option<(Pfn, PhysRange)>,
+    /// The metadata region of the node's largest piece below 4 GiB when it came off this room
+    /// (above 4 GiB) rather than off that piece's own end: `(the piece, the region)`. The
+    /// piece's span then covers all of it, in whole sections if it is aligned (see
+    /// [`Machine::boot`]); it never goes offline, as its region lies among the tables.
+    low_region: Option<(PhysRange, PhysRange)>,
 }
 
 impl NodeTables {
@@ -167,26 +167,34 @@ impl NodeTables {
     }
 
     /// Takes the metadata region of piece `p`, below 4 GiB, off this room if the room lies
-    /// above 4 GiB, holds it, and has given no region yet.
+    /// above 4 GiB and holds it, and `p` is larger than the piece given one so far (ties to
+    /// the lower address), whose region goes back to the room: nothing else is carved from it
+    /// after a region, so that region lies at the cut. The pieces may come in any order.
     fn take_low_region(&mut self, p: &Piece) {
-        if self.low_region.is_some()
-            || self.piece.start() < DMA32_END
-            || p.whole.end() > DMA32_END
-            || !self.fits(p.meta.frames())
-        {
+        if self.piece.start() < DMA32_END || p.whole.end() > DMA32_END {
             return;
         }
-        let start = Pfn::new(self.cut.get() - p.meta.frames());
-        if let Some(region) = PhysRange::new(start, self.cut) {
+        let cut = match self.low_region {
+            Some((q, _)) if (q.frames(), p.whole.start()) >= (p.whole.frames(), q.start()) => {
+                return;
+            }
+            Some((_, r)) => r.end(),
+            None => self.cut,
+        };
+        if cut.get() - self.piece.start().get() <= p.meta.frames() {
+            return;
+        }
+        let start = Pfn::new(cut.get() - p.meta.frames());
+        if let Some(region) = PhysRange::new(start, cut) {
             self.cut = start;
-            self.low_region = Some((p.whole.start(), region));
+            self.low_region = Some((p.whole, region));
         }
     }
 
     /// The metadata region for piece `p` if it came off this room.
     fn region_of(&self, p: &Piece) -> Option<PhysRange> {
         self.low_region
-            .filter(|(start, _)| *start == p.whole.start())
+            .filter(|(q, _)| *q == p.whole)
             .map(|(_, r)| r)
     }
 }
@@ -200,14 +208,17 @@ pub(super) struct Tables<'a> {
 }
 
 impl Tables<'_> {
-    /// `true` if `range` holds some of them: the machine-wide tables, a node's or a CPU's, or
-    /// the metadata region of a span below 4 GiB that came off a node's room.
-    pub(super) fn overlap(&self, range: &PhysRange) -> bool {
-        self.machine.frames.overlaps(range)
+    /// `true` if the span over `whole` is bound to them, so it may not go offline: it holds
+    /// the machine-wide tables, a node's or a CPU's, or a span's metadata region that came off
+    /// a node's room, or it is that span (its region lies among the tables, for good).
+    pub(super) fn bind(&self, whole: &PhysRange) -> bool {
+        self.machine.frames.overlaps(whole)
             || self.nodes.iter().any(|t| {
-                t.own.frames.overlaps(range) || t.low_region.is_some_and(|(_, r)| r.overlaps(range))
+                t.own.frames.overlaps(whole)
+                    || t.low_region
+                        .is_some_and(|(piece, r)| r.overlaps(whole) || piece == *whole)
             })
-            || self.cpus.iter().any(|t| t.frames.overlaps(range))
+            || self.cpus.iter().any(|t| t.frames.overlaps(whole))
     }
 
     /// Frames of all of them but the spans' regions (their zones count those).
@@ -314,9 +325,11 @@ impl<'a> Machine<'a> {
     /// span index, the references to every node's and CPU's tables, the fallback lengths) come
     /// off the end of the first range with room for them (its piece above 4 GiB if that has
     /// room), before any other. Each span's metadata region comes off the end of its own piece,
-    /// but for a node's first piece below 4 GiB when the node's tables lie above 4 GiB: its
-    /// region comes off the node's room after them, so that the piece (from 0, say) stays
-    /// whole 1 GiB sections rather than leaving a section partly covered.
+    /// but for a node's largest piece below 4 GiB (ties to the lower address; not the one
+    /// holding the machine-wide tables) when the node's tables lie above 4 GiB: its region
+    /// comes off the node's room after them, so that the piece (from 0, say) stays whole 1 GiB
+    /// sections rather than leaving a section partly covered. That span then never goes
+    /// offline (`OfflineError::Tables`), as its region lies among the tables.
     /// [`Machine::node_tables`], [`Machine::cpu_tables`] and [`Machine::machine_tables`] say
     /// where each went. Their frames never reach a zone: a free of one is
     /// [`FreeError::Foreign`](crate::FreeError::Foreign), and a hot-add over them is refused.
@@ -443,8 +456,8 @@ impl<'a> Machine<'a> {
                 Ok::<&PerCpu<'a>, BootError>(pc)
             })
             .ok_or(oom)??;
-        // Then the region of each node's first piece below 4 GiB, off the node's room above it,
-        // so that the piece's span has no edge section of its own making.
+        // Then the region of each node's largest piece below 4 GiB, off the node's room above
+        // it, so that the piece's span has no edge section of its own making.
         for r in ranges {
             pieces(r.node, r.range, |p| {
                 if !p.whole.overlaps(&machine_range) {
@@ -532,7 +545,6 @@ mod tests {
     use crate::node::ZoneKind;
     use crate::test_util::{SparseMem, Spec, n};
     use crate::topology::NodeInfo;
-    use crate::zonelist::FallbackOptions;
     use crate::{AllocFlags, FreeError, OfflineError, OfflineOptions, Order};
 
     const GIB: u64 = 1 << 18;
@@ -547,9 +559,9 @@ mod tests {
 
     /// Node 0 from 0 to 10 GiB keeps its tables above 4 GiB (its largest piece), so the
     /// region of its span below 4 GiB comes off the node's room after them: the span is all
-    /// four whole sections, free as 1 GiB blocks. The region's frames are no zone's and hold
-    /// the Normal span in place; the Dma32 span goes offline and comes back (its new region
-    /// then off its own end). A node all below 4 GiB keeps its region at its own end.
+    /// four whole sections, free as 1 GiB blocks. The region's frames are no zone's, and both
+    /// spans are bound to the tables: neither goes offline, and nothing changes when they are
+    /// asked to. A node all below 4 GiB keeps its region at its own end.
     #[test]
     fn a_node_from_0_keeps_its_first_4_gib_whole() {
         let spec = Spec::uniform(2, 10 * GIB, 0);
@@ -577,28 +589,18 @@ mod tests {
             m.free(low.start(), Order::ZERO),
             Err(FreeError::Foreign { pfn: low.start() })
         );
-        // The Normal span holds the region (and the tables): it stays.
-        let normal_part = range(4 * GIB, 10 * GIB);
-        assert!(matches!(
-            m.offline(&mem, normal_part, OfflineOptions::default()),
-            Err(OfflineError::Tables { .. })
-        ));
-        let below = range(0, 4 * GIB);
-        m.offline(&mem, below, OfflineOptions::default()).unwrap();
+        // The Normal span holds the region (and the tables), and the Dma32 span's region lies
+        // among them: both stay.
+        for (part, start) in [(range(4 * GIB, 10 * GIB), 4 * GIB), (range(0, 4 * GIB), 0)] {
+            assert_eq!(
+                m.offline(&mem, part, OfflineOptions::default()),
+                Err(OfflineError::Tables {
+                    start: Pfn::new(start)
+                })
+            );
+        }
         m.check_invariants().unwrap();
-        assert_eq!(dma32.counters().managed, 0);
-        m.hot_add(&mem, n(0), below, FallbackOptions::default())
-            .unwrap();
-        m.check_invariants().unwrap();
-        let [again] = regions(&m, 0, ZoneKind::Dma32)[..] else {
-            panic!("one Dma32 span");
-        };
-        assert_eq!(
-            again.end(),
-            DMA32_END,
-            "a hot-added span's region is its own end"
-        );
-        assert_eq!(dma32.counters().managed + again.frames(), 4 * GIB);
+        assert_eq!(dma32.counters().managed, 4 * GIB);
         assert!(m.alloc(n(0), Order::ZERO, AllocFlags::DMA32).is_some());
         // A node all below 4 GiB keeps its region at its own end.
         let small = Spec::uniform(1, 2 * GIB, 0);
@@ -607,6 +609,52 @@ mod tests {
             panic!("one Dma32 span");
         };
         assert_eq!(own.end(), Pfn::new(2 * GIB));
+    }
+
+    /// Node 0 with ranges A = 0..2 GiB, B = 3..3.5 GiB and C = 4..10 GiB: the largest piece
+    /// below 4 GiB, A, gets the region off the node's room whatever order the platform lists
+    /// the ranges in (so long as A does not hold the machine-wide tables), and B keeps its
+    /// region at its own end.
+    #[test]
+    fn the_largest_piece_below_4_gib_gets_the_region_in_any_order() {
+        let (a, b, c) = (
+            range(0, 2 * GIB),
+            range(3 * GIB, 3 * GIB + GIB / 2),
+            range(4 * GIB, 10 * GIB),
+        );
+        for order in [[c, b, a], [b, a, c], [c, a, b], [b, c, a]] {
+            let mut spec = Spec::uniform(1, GIB, 0);
+            spec.ranges = order
+                .iter()
+                .map(|&range| crate::MemoryRange { node: n(0), range })
+                .collect();
+            let mem = SparseMem::default();
+            let m = spec.boot(&mem);
+            m.check_invariants().unwrap();
+            let spans: std::vec::Vec<(PhysRange, PhysRange)> = m
+                .node(n(0))
+                .unwrap()
+                .zone(ZoneKind::Dma32)
+                .with_area(|a| a.meta.spans().map(|(_, s)| (s.range, s.region)).collect());
+            let of = |start: u64| {
+                spans
+                    .iter()
+                    .find(|(r, _)| r.start() == Pfn::new(start))
+                    .copied()
+                    .unwrap()
+            };
+            let (span_a, region_a) = of(0);
+            assert_eq!(span_a, a, "{order:?}: A is spanned whole");
+            assert!(region_a.start() >= DMA32_END, "{order:?}: {region_a:?}");
+            let (span_b, region_b) = of(3 * GIB);
+            assert_eq!(
+                region_b.end(),
+                b.end(),
+                "{order:?}: B's region is its own end"
+            );
+            // (When B comes first, the machine-wide tables lie between its span and region.)
+            assert!(span_b.end() <= region_b.start());
+        }
     }
 
     fn range(start: u64, end: u64) -> PhysRange {

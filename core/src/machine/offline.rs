@@ -5,7 +5,8 @@
 //!
 //! Granularity: whole spans, the zone parts of a range given to boot or to `hot_add` (a range
 //! straddling 4 GiB is two spans, in `Dma32` and `Normal`), each with the metadata carved from
-//! its end. A range may hold several adjacent spans; it may not cut one. Finer (sections of a
+//! its end (but at boot for a node's largest piece below 4 GiB, whose region may come off the
+//! node's tables: that span then stays). A range may hold several adjacent spans; it may not cut one. Finer (sections of a
 //! span) would need a span to shrink around a hole, its section table and edge arrays to be
 //! rebuilt; not done.
 #![deny(unsafe_code)]
@@ -143,9 +144,10 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    /// Checks that `range` is whole spans of the machine, none holding tables carved at boot
-    /// (the machine-wide tables, a node's or a CPU's: [`Machine::machine_tables`],
-    /// [`Machine::node_tables`], [`Machine::cpu_tables`]).
+    /// Checks that `range` is whole spans of the machine, none bound to tables carved at boot
+    /// (holding the machine-wide tables, a node's or a CPU's: [`Machine::machine_tables`],
+    /// [`Machine::node_tables`], [`Machine::cpu_tables`]; or holding, or being the span of, a
+    /// metadata region boot carved among a node's tables).
     fn check_range(&self, staged: &Staging<'a>, range: PhysRange) -> Result<(), OfflineError> {
         if range.is_empty() {
             return Err(OfflineError::Empty);
@@ -161,7 +163,7 @@ impl<'a> Machine<'a> {
             if s.whole.end() > range.end() {
                 return Err(OfflineError::Partial { pfn: range.end() });
             }
-            if self.tables.overlap(&s.whole) {
+            if self.tables.bind(&s.whole) {
                 return Err(OfflineError::Tables {
                     start: s.whole.start(),
                 });
