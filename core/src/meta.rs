@@ -621,8 +621,8 @@ impl SpanMeta {
         let mut edges: [Option<(u64, Array)>; 2] = [None, None];
         for (slot, s) in edges.iter_mut().zip(edge_sections(range)) {
             let len = pbs_in_section(range, s) as usize;
-            let align = CELL_ALIGN;
-            let offset = cursor.as_ptr().addr().next_multiple_of(align) - cursor.as_ptr().addr();
+            let offset =
+                cursor.as_ptr().addr().next_multiple_of(CELL_ALIGN) - cursor.as_ptr().addr();
             // SAFETY: `region_bytes` counted the alignment slack, then `len` cells for this
             // edge section after the table, so `ptr` and the writes below stay inside the
             // region, which is ours (PhysMemory's contract) and seen by nothing else yet.

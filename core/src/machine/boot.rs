@@ -163,7 +163,12 @@ impl NodeTables {
 
     /// `true` if `frames` more frames fit, leaving the piece at least one to manage.
     fn fits(&self, frames: u64) -> bool {
-        self.cut.get() - self.piece.start().get() > frames
+        self.fits_below(self.cut, frames)
+    }
+
+    /// `true` if `frames` more frames fit below `cut`, leaving the piece at least one.
+    fn fits_below(&self, cut: Pfn, frames: u64) -> bool {
+        cut.get() - self.piece.start().get() > frames
     }
 
     /// Takes the metadata region of piece `p`, below 4 GiB, off this room if the room lies
@@ -181,7 +186,7 @@ impl NodeTables {
             Some((_, r)) => r.end(),
             None => self.cut,
         };
-        if cut.get() - self.piece.start().get() <= p.meta.frames() {
+        if !self.fits_below(cut, p.meta.frames()) {
             return;
         }
         let start = Pfn::new(cut.get() - p.meta.frames());
