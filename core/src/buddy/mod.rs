@@ -1021,6 +1021,10 @@ impl FreeArea {
     /// (`[SMALL, PLAIN]`), whole blocks from sections that do not (`[PLAIN, SMALL]`): long-lived
     /// small frames then gather in few sections, and the sections of whole blocks (a guest's
     /// memory) become whole again when those are freed.
+    ///
+    /// Inlined: returned through memory by an out-of-line call, its result was read back wider
+    /// than it was written (a store-forwarding stall on every allocation of a section, perf).
+    #[inline(always)]
     fn take_big(&mut self, order: u8, sets: [usize; 2]) -> Result<Big, NoBlock> {
         // No split section holds a whole free section: those are on the zone's own list.
         let found = (order < MAX_ORDER)

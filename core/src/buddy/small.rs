@@ -732,6 +732,10 @@ impl FreeArea {
     }
 
     /// What `pfn` holds, for a free of a block of `order`; changes nothing.
+    ///
+    /// Inlined: returned through memory by an out-of-line call, its result was read back wider
+    /// than it was written, and every free above order 0 stalled on store forwarding (perf).
+    #[inline(always)]
     pub(crate) fn find(&self, pfn: Pfn, order: Order) -> Result<Found, FreeError> {
         let r = self.pb_ref(pfn).ok_or(FreeError::Foreign { pfn })?;
         if !pfn.is_aligned(order) {
