@@ -124,6 +124,8 @@ pub mod scenario {
     pub const FILL_1G: &str = "fill+random-free 1GiB";
     /// The same over 64 GiB (numaframe only).
     pub const FILL_64G: &str = "fill+random-free 64GiB";
+    /// The frees of [`FILL_1G`] alone, after an untimed fill.
+    pub const RANDOM_FREE_1G: &str = "random free 1GiB";
     /// 512 frames in one bulk (numaframe) or 512 single allocations (peers).
     pub const BULK_ALLOC: &str = "bulk-512 alloc";
     /// Freeing those 512 frames: one bulk free or 512 single frees.
@@ -218,6 +220,7 @@ pub mod scenario {
         PAIR_64G,
         FILL_1G,
         FILL_64G,
+        RANDOM_FREE_1G,
         BULK_ALLOC,
         BULK_FREE,
         THREADS_1,
@@ -262,6 +265,9 @@ pub fn describe(scenario: &str) -> &'static str {
             "allocate every frame of 1 GiB one by one, free them in random order; ns per alloc or free"
         }
         FILL_64G => "the same over 64 GiB, numaframe only; ns per alloc or free",
+        RANDOM_FREE_1G => {
+            "the random frees of that alone, after an untimed fill of 1 GiB; ns per free"
+        }
         BULK_ALLOC => {
             "512 order-0 frames: numaframe one Machine::alloc_bulk, peers 512 single allocations; ns per frame"
         }

@@ -66,13 +66,23 @@ impl Rng {
     }
 }
 
-/// `iters` times: allocate order-0 frames until none is left (timed), shuffle them (untimed),
-/// free them in that order (timed). `ops` counts allocations and frees.
+/// What a sample of [`fill_random_free`] times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timed {
+    /// The fill and the frees; `ops` counts allocations and frees.
+    Both,
+    /// The frees alone (the fill is untimed setup); `ops` counts frees.
+    Frees,
+}
+
+/// `iters` times: allocate order-0 frames until none is left, shuffle them (untimed), free them
+/// in that order. `timed` says which part the sample times and counts.
 pub fn fill_random_free<A: Frames + ?Sized>(
     a: &mut A,
     held: &mut Vec<u64>,
     rng: &mut Rng,
     iters: u64,
+    timed: Timed,
 ) -> Sample {
     let mut s = Sample::default();
     for _ in 0..iters {
@@ -81,14 +91,17 @@ pub fn fill_random_free<A: Frames + ?Sized>(
         while let Some(f) = a.alloc(0) {
             held.push(f);
         }
-        s.time += start.elapsed();
+        if timed == Timed::Both {
+            s.time += start.elapsed();
+            s.ops += held.len() as u64;
+        }
         rng.shuffle(held);
         let start = Instant::now();
         for &f in held.iter() {
             a.free(f, 0);
         }
         s.time += start.elapsed();
-        s.ops += 2 * held.len() as u64;
+        s.ops += held.len() as u64;
     }
     s
 }

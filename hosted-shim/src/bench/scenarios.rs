@@ -8,7 +8,9 @@ use numaframe::interleave::Weights;
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::{AllocFlags, BootOptions, NodeId, NodeMask, Order, Pfn};
 
-use super::ops::{Sample, boot, bulk, fill_random_free, interleave, pairs, pairs_threads, repeat};
+use super::ops::{
+    Sample, Timed, boot, bulk, fill_random_free, interleave, pairs, pairs_threads, repeat,
+};
 use super::{
     BULK, Bitmap, Buddy, FRAMES_1G, FRAMES_64G, Floor, Frames, FreeListPeer, INTERLEAVE_PAGES,
     Locked, NumaCpu, NumaHandle, NumaNode, NumaPolicy, OneNode, Padded, Rng, name, numa::managed,
@@ -213,7 +215,8 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
                 let (mut held, mut rng) = (Vec::new(), Rng::new(9));
                 move |i| {
                     set_caches(m, true);
-                    fill_random_free(&mut NumaHandle::claim(m, 0), &mut held, &mut rng, i)
+                    let mut h = NumaHandle::claim(m, 0);
+                    fill_random_free(&mut h, &mut held, &mut rng, i, Timed::Both)
                 }
             })
             .per_iter(ops),
@@ -245,6 +248,62 @@ pub fn visit(sizes: Sizes, v: &mut dyn Visitor) -> io::Result<()> {
         ];
         v.group(Group {
             title: "fill+random-free",
+            heavy: true,
+            cells,
+        })?;
+    }
+
+    // The random frees alone, after an untimed fill.
+    {
+        use scenario::RANDOM_FREE_1G;
+        let (mut b, mut bm, mut fl, mut fo) = peers();
+        let (mut c0, mut c1) = (NumaCpu::new(&m, 0), NumaCpu::new(&m, 0));
+        let mut node = NumaNode::new(&m, NodeId::new(0), AllocFlags::empty());
+        let m = &m;
+        let frees = managed(m);
+        let cells = vec![
+            cell(RANDOM_FREE_1G, name::NUMAFRAME, {
+                let mut f = frees_of(&mut c0, 11);
+                move |i| {
+                    set_caches(m, true);
+                    f(i)
+                }
+            })
+            .per_iter(frees),
+            cell(RANDOM_FREE_1G, name::NUMAFRAME_NOCACHE, {
+                let mut f = frees_of(&mut c1, 12);
+                move |i| {
+                    set_caches(m, false);
+                    f(i)
+                }
+            })
+            .per_iter(frees),
+            cell(RANDOM_FREE_1G, name::NUMAFRAME_HANDLE, {
+                let (mut held, mut rng) = (Vec::new(), Rng::new(13));
+                move |i| {
+                    set_caches(m, true);
+                    let mut h = NumaHandle::claim(m, 0);
+                    fill_random_free(&mut h, &mut held, &mut rng, i, Timed::Frees)
+                }
+            })
+            .per_iter(frees),
+            cell(RANDOM_FREE_1G, name::NUMAFRAME_NODE, {
+                let mut f = frees_of(&mut node, 14);
+                move |i| {
+                    set_caches(m, false);
+                    f(i)
+                }
+            })
+            .per_iter(frees),
+            cell(RANDOM_FREE_1G, name::BUDDY, frees_of(&mut b, 15)).per_iter(n),
+            cell(RANDOM_FREE_1G, name::BITMAP, frees_of(&mut bm, 16)).per_iter(n),
+            cell(RANDOM_FREE_1G, name::FREE_LIST, frees_of(&mut fl, 17))
+                .per_iter(n)
+                .once(true),
+            cell(RANDOM_FREE_1G, name::FLOOR, frees_of(&mut fo, 18)).per_iter(n),
+        ];
+        v.group(Group {
+            title: "random free",
             heavy: true,
             cells,
         })?;
@@ -564,7 +623,14 @@ fn repeat_group(v: &mut dyn Visitor) -> io::Result<()> {
 fn fill<'a>(a: &'a mut dyn Frames, seed: u64) -> impl FnMut(u64) -> Sample + 'a {
     let mut held = Vec::new();
     let mut rng = Rng::new(seed);
-    move |i| fill_random_free(a, &mut held, &mut rng, i)
+    move |i| fill_random_free(a, &mut held, &mut rng, i, Timed::Both)
+}
+
+/// [`fill`] timing the frees alone.
+fn frees_of<'a>(a: &'a mut dyn Frames, seed: u64) -> impl FnMut(u64) -> Sample + 'a {
+    let mut held = Vec::new();
+    let mut rng = Rng::new(seed);
+    move |i| fill_random_free(a, &mut held, &mut rng, i, Timed::Frees)
 }
 
 fn locked_cell<'a, A: Frames + Send>(
