@@ -56,6 +56,13 @@ pub struct Watermarks {
     pub low: u64,
     /// Reclaim (outside numaframe) would stop here.
     pub high: u64,
+    /// Pages this zone keeps beyond `min` and `low` from allocations that may also use a
+    /// higher zone of its node (Linux's `lowmem_reserve`, the `protection` of
+    /// `/proc/zoneinfo`): the managed pages of the node's higher zones over
+    /// [`BootOptions::lowmem_reserve_ratio`](crate::BootOptions::lowmem_reserve_ratio), so that
+    /// ordinary allocations falling back from `Normal` leave `Dma32` memory for those that
+    /// need it. Always 0 for `Normal`, the highest zone.
+    pub protection: u64,
 }
 
 /// A zone's page counters, read together under its lock.
@@ -97,11 +104,51 @@ pub struct HugeCounts {
 
 /// Which watermark an allocation must respect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mark {
+pub(crate) enum Level {
     Low,
     Min,
+    /// No watermark at all (Linux's `ALLOC_NO_WATERMARKS`), and no protection either.
     Reserve,
 }
+
+/// What an allocation must leave in a zone: a watermark, and the highest zone the request may
+/// use (Linux's `highest_zoneidx`), which decides whether a lower zone also keeps its
+/// [`Watermarks::protection`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mark {
+    pub(crate) level: Level,
+    pub(crate) highest: ZoneKind,
+}
+
+impl Mark {
+    /// The low watermark, for a request that may use every zone.
+    pub(crate) const LOW: Mark = Mark::new(Level::Low, ZoneKind::Normal);
+    /// The min watermark, for a request that may use every zone.
+    pub(crate) const MIN: Mark = Mark::new(Level::Min, ZoneKind::Normal);
+    /// No watermark.
+    pub(crate) const RESERVE: Mark = Mark::new(Level::Reserve, ZoneKind::Normal);
+
+    pub(crate) const fn new(level: Level, highest: ZoneKind) -> Mark {
+        Mark { level, highest }
+    }
+
+    /// The lane of [`ZoneInner::published`] that holds this mark's headroom; `None` for
+    /// [`Level::Reserve`], which the lock-free check never refuses.
+    const fn lane(self) -> Option<u32> {
+        let high = match self.highest {
+            ZoneKind::Dma32 => 0,
+            ZoneKind::Normal => 2,
+        };
+        match self.level {
+            Level::Low => Some(high),
+            Level::Min => Some(high + 1),
+            Level::Reserve => None,
+        }
+    }
+}
+
+/// Bits of one lane of [`ZoneInner::published`].
+const LANE: u32 = 16;
 
 #[derive(Debug)]
 pub(crate) struct ZoneInner {
@@ -112,25 +159,43 @@ pub(crate) struct ZoneInner {
 }
 
 impl ZoneInner {
+    /// The free pages an allocation keeping `mark` may take (Linux's `__zone_watermark_ok`:
+    /// the watermark, plus the zone's protection for a request that may use a higher zone).
     fn headroom(&self, mark: Mark) -> u64 {
-        let keep = match mark {
-            Mark::Low => self.marks.low,
-            Mark::Min => self.marks.min,
-            Mark::Reserve => 0,
+        let keep = match mark.level {
+            Level::Low => self.marks.low,
+            Level::Min => self.marks.min,
+            Level::Reserve => return self.area.free_pages - self.area.isolated_pages,
         };
-        (self.area.free_pages - self.area.isolated_pages).saturating_sub(keep)
+        // Only `Normal` is above another zone (and its own protection is 0).
+        let protect = match mark.highest {
+            ZoneKind::Normal => self.marks.protection,
+            ZoneKind::Dma32 => 0,
+        };
+        (self.area.free_pages - self.area.isolated_pages).saturating_sub(keep + protect)
     }
 
-    /// The headroom above the low watermark (low half) and above min (high half), each at
-    /// most `u32::MAX`, as the lock-free check of [`Zone::short_of`] reads them: all ones
+    /// The headroom of every mark the lock-free check of [`Zone::short_of`] reads, one lane of
+    /// [`LANE`] bits each (at most its maximum: the check only asks whether it is 0): all ones
     /// while a scrub holds part of the zone (an allocation then waits for the scrub rather
     /// than fail).
     fn published(&self) -> u64 {
         if self.area.scrubbing() {
             return u64::MAX;
         }
-        let half = |mark| self.headroom(mark).min(u64::from(u32::MAX));
-        half(Mark::Low) | half(Mark::Min) << 32
+        let avail = self.area.free_pages - self.area.isolated_pages;
+        let room = |keep: u64| avail.saturating_sub(keep).min((1 << LANE) - 1);
+        let Watermarks {
+            low,
+            min,
+            protection,
+            ..
+        } = self.marks;
+        // The lanes of `Mark::lane`: requests up to `Dma32`, then those that may use `Normal`.
+        room(low)
+            | room(min) << LANE
+            | room(low + protection) << (2 * LANE)
+            | room(min + protection) << (3 * LANE)
     }
 }
 
@@ -223,17 +288,14 @@ impl Zone {
     /// `true` if the zone had no frame above `mark` when its lock was last given up: an
     /// allocation that keeps `mark` fails without taking the lock.
     #[inline]
-    fn short_of(&self, mark: Mark) -> bool {
+    pub(crate) fn short_of(&self, mark: Mark) -> bool {
         // Relaxed: see `ZoneGuard::drop`. A free (or a change of the watermarks) that happens
         // before this call, through the caller's own synchronisation, published its headroom
         // before its unlock, so it is seen.
         let h = self.headroom.load(Ordering::Relaxed);
-        match mark {
-            Mark::Low => h & u64::from(u32::MAX) == 0,
-            Mark::Min => h >> 32 == 0,
-            // The rare allocation below min always asks under the lock.
-            Mark::Reserve => false,
-        }
+        // The rare allocation below min always asks under the lock.
+        mark.lane()
+            .is_some_and(|lane| (h >> (lane * LANE)) & ((1 << LANE) - 1) == 0)
     }
 
     /// Merges the zone's spare pageblocks (wholly free, kept split for the next small
@@ -263,10 +325,14 @@ impl Zone {
         self.managed.fetch_add(frames, Ordering::Relaxed);
     }
 
-    /// Sets the watermarks from the machine's `min_free_kbytes` share.
-    pub(crate) fn set_watermarks(&self, min_free_pages: u64, total_managed: u64) {
+    /// Sets the watermarks from the machine's `min_free_kbytes` share, and the zone's
+    /// `protection`.
+    fn set_watermarks(&self, min_free_pages: u64, total_managed: u64, protection: u64) {
         let mut z = self.lock();
-        z.marks = watermarks(min_free_pages, z.area.managed_pages, total_managed);
+        z.marks = Watermarks {
+            protection,
+            ..watermarks(min_free_pages, z.area.managed_pages, total_managed)
+        };
     }
 
     /// Waits, with the lock dropped, until no scrub holds a unit of the zone, and returns the
@@ -558,7 +624,7 @@ impl Zone {
         let mut z = self.lock();
         let mut n = 0;
         while n < count {
-            if z.headroom(Mark::Min) < order.frames() {
+            if z.headroom(Mark::MIN) < order.frames() {
                 return (n, None);
             }
             match z.area.pool_grow(order) {
@@ -685,7 +751,7 @@ impl Zone {
     }
 
     fn can_serve(&self, order: Order) -> bool {
-        self.lock().headroom(Mark::Min) >= order.frames()
+        self.lock().headroom(Mark::MIN) >= order.frames()
     }
 
     fn check(&self, node: NodeId) -> Result<(), InvariantError> {
@@ -1088,6 +1154,27 @@ impl Node {
     pub(crate) fn check(&self) -> Result<(), InvariantError> {
         self.zones.iter().try_for_each(|z| z.check(self.id))
     }
+
+    /// Sets the watermarks of the node's zones from the machine's `min_free_kbytes` share
+    /// (`min_free_pages` of `total_managed`), and `Dma32`'s protection as Linux's
+    /// `setup_per_zone_lowmem_reserve()` does: the managed pages of the node's `Normal` zone
+    /// over `lowmem_reserve_ratio`, none with a ratio of 0 or while `Dma32` has no memory.
+    pub(crate) fn set_watermarks(
+        &self,
+        min_free_pages: u64,
+        total_managed: u64,
+        lowmem_reserve_ratio: u32,
+    ) {
+        let dma32 = self.zone(ZoneKind::Dma32);
+        let protection = match lowmem_reserve_ratio {
+            0 => 0,
+            _ if dma32.counters().managed == 0 => 0,
+            ratio => self.zone(ZoneKind::Normal).counters().managed / u64::from(ratio),
+        };
+        dma32.set_watermarks(min_free_pages, total_managed, protection);
+        self.zone(ZoneKind::Normal)
+            .set_watermarks(min_free_pages, total_managed, 0);
+    }
 }
 
 /// Linux's `__setup_per_zone_wmarks()`: `min_free_kbytes` shared out by managed pages, then
@@ -1103,6 +1190,7 @@ fn watermarks(min_free_pages: u64, zone_managed: u64, total_managed: u64) -> Wat
         min,
         low: min + gap,
         high: min + 2 * gap,
+        protection: 0,
     }
 }
 

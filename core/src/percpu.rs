@@ -60,7 +60,7 @@ use crate::buddy::{Got, HotFrames, LEND_MIN, Lent, NoBlock};
 use crate::error::{BulkFreeError, ClaimError, FreeError, InvariantError};
 use crate::meta::{Class, PbRef};
 use crate::node::{
-    Mark, Node, Nodes, Zone, ZoneFamily, ZoneKind, ZoneSet, count_foreign, zone_index,
+    Level, Mark, Node, Nodes, Zone, ZoneFamily, ZoneKind, ZoneSet, count_foreign, zone_index,
 };
 use crate::platform::Poison;
 use crate::stats::{Event, NumaStat, OwnEvents, tally};
@@ -843,7 +843,7 @@ impl<'a> Caches<'a> {
         }
         let pfn = match self.caching() {
             // Emergency reserves go to the caller, not into a cache.
-            Some(config) if mark != Mark::Reserve => {
+            Some(config) if mark.level != Level::Reserve => {
                 // The slot to use: the one for this key, else a free one, else the one used
                 // longest ago.
                 let i = held

@@ -63,11 +63,12 @@ impl Spec {
         self.boot_with_cpus(mem, &[])
     }
 
-    /// Boots with the given CPU → node table and watermarks off.
+    /// Boots with the given CPU → node table, watermarks and `Dma32`'s protection off.
     pub(crate) fn boot_with_cpus<'a>(&'a self, mem: &'a SparseMem, cpus: &[NodeId]) -> Machine<'a> {
         let topo = Topology::new(&self.distances, &self.infos).unwrap();
         let opts = BootOptions {
             min_free_kbytes: Some(0),
+            lowmem_reserve_ratio: 0,
             cpus,
             ..BootOptions::default()
         };

@@ -490,6 +490,7 @@ impl<'a> Machine<'a> {
             layout,
             weights: RwLock::new(Weights::default()),
             min_free_kbytes: opts.min_free_kbytes,
+            lowmem_reserve_ratio: opts.lowmem_reserve_ratio,
             caches: Caches::new(cpus, opts.pcp),
             tables: Tables {
                 machine: TablePlace {

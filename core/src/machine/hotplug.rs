@@ -79,14 +79,18 @@ impl<'a> Machine<'a> {
                 .zone(ZoneKind::of(p.usable.start()))
                 .add_span(span, seed, false, self.poison());
         }
+        self.reset_watermarks();
+    }
+
+    /// Sets every zone's watermarks and protection for the machine's size now (after boot, a
+    /// hot-add or an offline).
+    pub(super) fn reset_watermarks(&self) {
         let total: u64 = self.nodes.iter().map(Node::managed_pages).sum();
         let min_kb = self
             .min_free_kbytes
             .unwrap_or_else(|| default_min_free_kbytes(total));
         for node in self.nodes {
-            for kind in ZoneKind::ALL {
-                node.zone(kind).set_watermarks(min_kb / 4, total);
-            }
+            node.set_watermarks(min_kb / 4, total, self.lowmem_reserve_ratio);
         }
     }
 

@@ -77,6 +77,12 @@ pub struct BootOptions<'c> {
     /// Memory kept free below the min watermark, machine-wide, in KiB; `None` takes Linux's
     /// default (`sqrt(16 · total KiB)`, 128 KiB ..= 256 MiB), `Some(0)` turns watermarks off.
     pub min_free_kbytes: Option<u64>,
+    /// Linux's `vm.lowmem_reserve_ratio` for `Dma32`: an allocation that may also use `Normal`
+    /// leaves `Dma32` the managed pages of its node's `Normal` zone over this ratio beyond the
+    /// watermark (see [`Watermarks::protection`](crate::Watermarks::protection)), for the
+    /// devices that can only reach memory below 4 GiB. Linux's default is 256; 0 turns the
+    /// protection off.
+    pub lowmem_reserve_ratio: u32,
     /// Memory ranges that hot-add may add after boot.
     pub hotplug_slots: usize,
     /// The platform promises that the memory it hands over at boot reads as zero (a
@@ -92,6 +98,7 @@ impl Default for BootOptions<'_> {
             pcp: PcpConfig::default(),
             fallback: FallbackOptions::default(),
             min_free_kbytes: None,
+            lowmem_reserve_ratio: 256,
             hotplug_slots: 16,
             zeroed: false,
         }
@@ -128,6 +135,8 @@ pub struct Machine<'a> {
     layout: Layout<'a>,
     weights: RwLock<Weights>,
     min_free_kbytes: Option<u64>,
+    /// [`BootOptions::lowmem_reserve_ratio`].
+    lowmem_reserve_ratio: u32,
     caches: Caches<'a>,
     /// Where boot carved the tables.
     tables: self::boot::Tables<'a>,

@@ -16,7 +16,7 @@ use super::layout::{StagedSpan, Staging};
 use crate::addr::{Pfn, PhysRange};
 use crate::buddy::Refusal;
 use crate::error::OfflineError;
-use crate::node::{Node, Zone, default_min_free_kbytes};
+use crate::node::Zone;
 use crate::platform::PhysMemory;
 use crate::sync::MutexGuard;
 use crate::zonelist::FallbackOptions;
@@ -259,15 +259,7 @@ impl<'a> Machine<'a> {
     fn republish(&self, staged: &mut MutexGuard<'_, Staging<'a>>, opts: FallbackOptions) {
         staged.rebuild(&self.topo, opts);
         self.layout.publish(staged);
-        let total: u64 = self.nodes.iter().map(Node::managed_pages).sum();
-        let min_kb = self
-            .min_free_kbytes
-            .unwrap_or_else(|| default_min_free_kbytes(total));
-        for node in self.nodes {
-            for kind in crate::node::ZoneKind::ALL {
-                node.zone(kind).set_watermarks(min_kb / 4, total);
-            }
-        }
+        self.reset_watermarks();
     }
 }
 

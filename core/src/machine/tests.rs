@@ -191,6 +191,114 @@ fn watermarks_hold_back_memory_until_reserve() {
     assert!(count > 0);
 }
 
+/// Frames per MiB.
+const MIB: u64 = 256;
+/// The first frame above 4 GiB.
+const FOUR_GIB: u64 = 1 << 20;
+
+/// Linux's `setup_per_zone_lowmem_reserve()` for a node's `Dma32` zone, transcribed: the
+/// managed pages of the zones above it over the ratio, none with a ratio of 0 or an empty
+/// zone.
+fn lowmem_reserve(ratio: u32, dma32_managed: u64, normal_managed: u64) -> u64 {
+    if ratio == 0 || dma32_managed == 0 {
+        0
+    } else {
+        normal_managed / u64::from(ratio)
+    }
+}
+
+/// Boots `spec` with watermarks off but `Dma32`'s protection at `ratio`.
+fn boot_protected<'a>(spec: &'a Spec, mem: &'a SparseMem, ratio: u32) -> Machine<'a> {
+    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+    let opts = BootOptions {
+        min_free_kbytes: Some(0),
+        lowmem_reserve_ratio: ratio,
+        hotplug_slots: 4,
+        cpus: &[NodeId::new(0)],
+        ..BootOptions::default()
+    };
+    Machine::boot(topo, mem, &spec.ranges, opts).unwrap()
+}
+
+/// Allocates with `flags` on node 0 until nothing is left; returns the frames.
+fn exhaust(m: &Machine<'_>, flags: AllocFlags) -> Vec<Pfn> {
+    let mut got = Vec::new();
+    let mut buf = [Pfn::new(0); 4096];
+    loop {
+        let k = m.alloc_bulk(n(0), flags | AllocFlags::THISNODE, &mut buf);
+        got.extend_from_slice(&buf[..k]);
+        if k == 0 {
+            return got;
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "allocates 80,000 frames: the other machine tests take Miri through its unsafe code"
+)]
+fn dma32_keeps_its_protection_from_allocations_that_may_use_normal() {
+    // One node: 64 MiB below 4 GiB, 256 MiB above.
+    let spec = Spec::uniform(1, 320 * MIB, FOUR_GIB - 64 * MIB);
+    for ratio in [256, 32, 0] {
+        let mem = SparseMem::default();
+        let m = boot_protected(&spec, &mem, ratio);
+        let node = m.node(n(0)).unwrap();
+        let (dma32, normal) = (node.zone(ZoneKind::Dma32), node.zone(ZoneKind::Normal));
+        let want = lowmem_reserve(ratio, dma32.counters().managed, normal.counters().managed);
+        assert_eq!(dma32.counters().marks.protection, want, "ratio {ratio}");
+        assert_eq!(normal.counters().marks.protection, 0);
+        if ratio != 0 {
+            assert!(want > 0);
+        }
+        // Ordinary allocations take all of Normal and leave Dma32 its protection, single
+        // frames and blocks alike.
+        let mut held = exhaust(&m, AllocFlags::empty());
+        assert_eq!(normal.counters().free, 0);
+        assert_eq!(dma32.counters().free, want, "ratio {ratio}");
+        assert_eq!(m.alloc(n(0), Order::ZERO, AllocFlags::empty()), None);
+        assert_eq!(m.alloc(n(0), Order::new(1), AllocFlags::empty()), None);
+        let cpu = m.cpu(0).unwrap();
+        assert_eq!(m.alloc_cpu(cpu, Order::ZERO, AllocFlags::empty()), None);
+        // Requests for memory below 4 GiB may use it, and so may the reserves.
+        let mut dma = exhaust(&m, AllocFlags::DMA32);
+        assert_eq!(dma.len() as u64, want);
+        assert_eq!(dma32.counters().free, 0);
+        if let Some(p) = dma.pop() {
+            m.free(p, Order::ZERO).unwrap();
+            assert_eq!(m.alloc(n(0), Order::ZERO, AllocFlags::empty()), None);
+            assert_eq!(m.alloc_cpu(cpu, Order::ZERO, AllocFlags::empty()), None);
+            held.push(m.alloc(n(0), Order::ZERO, AllocFlags::RESERVE).unwrap());
+        }
+        m.check_invariants().unwrap();
+        m.free_bulk(&held).unwrap();
+        m.free_bulk(&dma).unwrap();
+        m.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn hot_adding_normal_memory_raises_the_protection_of_dma32() {
+    // All of node 0 below 4 GiB at boot: nothing above it to protect from.
+    let spec = Spec::uniform(1, 64 * MIB, FOUR_GIB - 64 * MIB);
+    let mem = SparseMem::default();
+    let m = boot_protected(&spec, &mem, 256);
+    let node = m.node(n(0)).unwrap();
+    let (dma32, normal) = (node.zone(ZoneKind::Dma32), node.zone(ZoneKind::Normal));
+    assert_eq!(dma32.counters().marks.protection, 0);
+    let added = PhysRange::new(Pfn::new(FOUR_GIB), Pfn::new(FOUR_GIB + 512 * MIB)).unwrap();
+    m.hot_add(&mem, n(0), added, FallbackOptions::default())
+        .unwrap();
+    let want = lowmem_reserve(256, dma32.counters().managed, normal.counters().managed);
+    assert!(want >= 512 * MIB / 256 - 8, "{want}");
+    assert_eq!(dma32.counters().marks.protection, want);
+    // Offlining it again takes the protection back.
+    m.offline(&mem, added, OfflineOptions::default()).unwrap();
+    assert_eq!(dma32.counters().marks.protection, 0);
+    m.check_invariants().unwrap();
+}
+
 #[test]
 fn hot_add_joins_a_memoryless_node() {
     let mut spec = Spec::uniform(3, 1024, 0);

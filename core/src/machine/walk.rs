@@ -9,7 +9,7 @@ use crate::addr::{Order, Pfn};
 use crate::buddy::NoBlock;
 use crate::buddy::{Got, Hosting};
 use crate::meta::{Class, Pool, Short};
-use crate::node::{Mark, Zone, ZoneKind, count_foreign};
+use crate::node::{Level, Mark, Zone, ZoneKind, count_foreign};
 use crate::platform::Mapped;
 use crate::stats::OwnEvents;
 use crate::topology::{NodeId, NodeMask};
@@ -83,12 +83,20 @@ impl<'f> Request<'f> {
     }
 }
 
-/// The watermarks the passes of a walk keep, in order.
+/// The watermarks the passes of a walk keep, in order. A request that may use `Normal` (any
+/// without DMA32) also leaves each `Dma32` zone its protection.
 pub(crate) fn marks(flags: AllocFlags) -> &'static [Mark] {
-    if flags.contains(AllocFlags::RESERVE) {
-        &[Mark::Low, Mark::Min, Mark::Reserve]
-    } else {
-        &[Mark::Low, Mark::Min]
+    const DMA32_LOW: Mark = Mark::new(Level::Low, ZoneKind::Dma32);
+    const DMA32_MIN: Mark = Mark::new(Level::Min, ZoneKind::Dma32);
+    const DMA32_RESERVE: Mark = Mark::new(Level::Reserve, ZoneKind::Dma32);
+    match (
+        flags.contains(AllocFlags::RESERVE),
+        flags.contains(AllocFlags::DMA32),
+    ) {
+        (true, false) => &[Mark::LOW, Mark::MIN, Mark::RESERVE],
+        (false, false) => &[Mark::LOW, Mark::MIN],
+        (true, true) => &[DMA32_LOW, DMA32_MIN, DMA32_RESERVE],
+        (false, true) => &[DMA32_LOW, DMA32_MIN],
     }
 }
 
@@ -302,7 +310,8 @@ impl<'a> Machine<'a> {
             .map(|&kind| self.nodes[node.index()].zone(kind))
             .find(|zone| zone.has_memory())
             .ok_or(None)?;
-        match self.take_growing(zone, || take(node, zone, Mark::Low)) {
+        let low = marks(req.flags)[0];
+        match self.take_growing(zone, || take(node, zone, low)) {
             Some(got) => Ok((got, node)),
             None => Err(Some(zone.kind())),
         }
@@ -328,7 +337,8 @@ impl<'a> Machine<'a> {
         for &mark in marks(req.flags) {
             // The first pass starts past the hinted prefix, then retries that prefix; later
             // passes walk everything.
-            let skip = if mark == Mark::Low { start } else { 0 };
+            let first = mark.level == Level::Low;
+            let skip = if first { start } else { 0 };
             for i in (skip..list.len()).chain(0..skip) {
                 let Some(node) = list.get(i) else {
                     continue;
@@ -345,14 +355,14 @@ impl<'a> Machine<'a> {
                     if !zone.has_memory() {
                         continue;
                     }
-                    if i == 0 && mark == Mark::Low && tried.take_if(|k| *k == kind).is_some() {
+                    if i == 0 && first && tried.take_if(|k| *k == kind).is_some() {
                         passed = true;
                         continue;
                     }
                     if let Some(pfn) = self.take_growing(zone, || take(node, zone, mark)) {
                         // A walk from entry 0 served there by a zone after the first leaves
                         // the hint as it is: a first try's mark stays while that zone is short.
-                        if let (Some(h), Mark::Low) = (hint, mark)
+                        if let (Some(h), true) = (hint, first)
                             && !(i == 0 && start == 0 && passed)
                         {
                             h.record(generation, start, i);

@@ -123,6 +123,7 @@ fn batch(calls: usize, load: usize, timeout: Duration) -> io::Result<Batch> {
         BootOptions {
             cpus: &cpus,
             min_free_kbytes: Some(0),
+            lowmem_reserve_ratio: 0,
             hotplug_slots: calls + 2,
             ..BootOptions::default()
         },

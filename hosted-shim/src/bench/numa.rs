@@ -266,6 +266,7 @@ impl OneNode {
             BootOptions {
                 cpus: &cpus,
                 min_free_kbytes: Some(0),
+                lowmem_reserve_ratio: 0,
                 zeroed,
                 ..BootOptions::default()
             },

@@ -104,6 +104,7 @@ impl World {
             BootOptions {
                 cpus: &cpus,
                 min_free_kbytes: Some(0),
+                lowmem_reserve_ratio: 0,
                 ..BootOptions::default()
             },
         )
