@@ -121,20 +121,16 @@ pub(crate) struct Mark {
 }
 
 impl Mark {
-    /// The low watermark, for a request that may use every zone.
-    pub(crate) const LOW: Mark = Mark::new(Level::Low, ZoneKind::Normal);
     /// The min watermark, for a request that may use every zone.
     pub(crate) const MIN: Mark = Mark::new(Level::Min, ZoneKind::Normal);
-    /// No watermark.
-    pub(crate) const RESERVE: Mark = Mark::new(Level::Reserve, ZoneKind::Normal);
 
     pub(crate) const fn new(level: Level, highest: ZoneKind) -> Mark {
         Mark { level, highest }
     }
 
-    /// The lane of [`ZoneInner::published`] that holds this mark's headroom; `None` for
-    /// [`Level::Reserve`], which the lock-free check never refuses.
-    const fn lane(self) -> Option<u32> {
+    /// The bit of [`ZoneInner::published`] that says whether the zone has room above this
+    /// mark; `None` for [`Level::Reserve`], which the lock-free check never refuses.
+    const fn bit(self) -> Option<u32> {
         let high = match self.highest {
             ZoneKind::Dma32 => 0,
             ZoneKind::Normal => 2,
@@ -146,9 +142,6 @@ impl Mark {
         }
     }
 }
-
-/// Bits of one lane of [`ZoneInner::published`].
-const LANE: u32 = 16;
 
 #[derive(Debug)]
 pub(crate) struct ZoneInner {
@@ -175,27 +168,29 @@ impl ZoneInner {
         (self.area.free_pages - self.area.isolated_pages).saturating_sub(keep + protect)
     }
 
-    /// The headroom of every mark the lock-free check of [`Zone::short_of`] reads, one lane of
-    /// [`LANE`] bits each (at most its maximum: the check only asks whether it is 0): all ones
-    /// while a scrub holds part of the zone (an allocation then waits for the scrub rather
-    /// than fail).
+    /// Whether the zone has room above each mark the lock-free check of [`Zone::short_of`]
+    /// reads, one bit each ([`Mark::bit`]): all ones while a scrub holds part of the zone (an
+    /// allocation then waits for the scrub rather than fail).
     fn published(&self) -> u64 {
         if self.area.scrubbing() {
             return u64::MAX;
         }
         let avail = self.area.free_pages - self.area.isolated_pages;
-        let room = |keep: u64| avail.saturating_sub(keep).min((1 << LANE) - 1);
         let Watermarks {
             low,
             min,
             protection,
             ..
         } = self.marks;
-        // The lanes of `Mark::lane`: requests up to `Dma32`, then those that may use `Normal`.
-        room(low)
-            | room(min) << LANE
-            | room(low + protection) << (2 * LANE)
-            | room(min + protection) << (3 * LANE)
+        // Room above every mark, the common case, in one comparison.
+        if avail > low + protection {
+            return 0b1111;
+        }
+        // The bits of `Mark::bit`: requests up to `Dma32`, then those that may use `Normal`.
+        u64::from(avail > low)
+            | u64::from(avail > min) << 1
+            | u64::from(avail > low + protection) << 2
+            | u64::from(avail > min + protection) << 3
     }
 }
 
@@ -294,8 +289,7 @@ impl Zone {
         // before its unlock, so it is seen.
         let h = self.headroom.load(Ordering::Relaxed);
         // The rare allocation below min always asks under the lock.
-        mark.lane()
-            .is_some_and(|lane| (h >> (lane * LANE)) & ((1 << LANE) - 1) == 0)
+        mark.bit().is_some_and(|bit| h & 1 << bit == 0)
     }
 
     /// Merges the zone's spare pageblocks (wholly free, kept split for the next small

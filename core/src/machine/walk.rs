@@ -86,17 +86,19 @@ impl<'f> Request<'f> {
 /// The watermarks the passes of a walk keep, in order. A request that may use `Normal` (any
 /// without DMA32) also leaves each `Dma32` zone its protection.
 pub(crate) fn marks(flags: AllocFlags) -> &'static [Mark] {
-    const DMA32_LOW: Mark = Mark::new(Level::Low, ZoneKind::Dma32);
-    const DMA32_MIN: Mark = Mark::new(Level::Min, ZoneKind::Dma32);
-    const DMA32_RESERVE: Mark = Mark::new(Level::Reserve, ZoneKind::Dma32);
-    match (
-        flags.contains(AllocFlags::RESERVE),
-        flags.contains(AllocFlags::DMA32),
-    ) {
-        (true, false) => &[Mark::LOW, Mark::MIN, Mark::RESERVE],
-        (false, false) => &[Mark::LOW, Mark::MIN],
-        (true, true) => &[DMA32_LOW, DMA32_MIN, DMA32_RESERVE],
-        (false, true) => &[DMA32_LOW, DMA32_MIN],
+    const fn passes(highest: ZoneKind) -> [Mark; 3] {
+        [
+            Mark::new(Level::Low, highest),
+            Mark::new(Level::Min, highest),
+            Mark::new(Level::Reserve, highest),
+        ]
+    }
+    static MARKS: [[Mark; 3]; 2] = [passes(ZoneKind::Normal), passes(ZoneKind::Dma32)];
+    let passes = &MARKS[usize::from(flags.contains(AllocFlags::DMA32))];
+    if flags.contains(AllocFlags::RESERVE) {
+        passes
+    } else {
+        &passes[..2]
     }
 }
 
