@@ -339,6 +339,9 @@ pub fn run_input(input: &Input) {
             1 => Some(0),
             _ => Some(u64::from(input.min_free) * 4),
         },
+        // Node 0 of the first shape has both zones: Dma32's protection off, Linux's default,
+        // and every Normal page (ratio 1).
+        lowmem_reserve_ratio: [0, 256, 32, 1][usize::from(input.min_free / 3 % 4)],
         ..spec.options()
     };
     let cleared = Recorder::default();

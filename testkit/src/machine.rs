@@ -78,12 +78,14 @@ impl Spec {
         Topology::new(&self.distances, &self.infos).expect("the spec's tables are a valid topology")
     }
 
-    /// Boot options with the spec's CPUs and watermarks off (`min_free_kbytes` 0), so that every
-    /// free page can be allocated; the rest as `BootOptions::default()`.
+    /// Boot options with the spec's CPUs, watermarks off (`min_free_kbytes` 0) and no `Dma32`
+    /// protection (`lowmem_reserve_ratio` 0), so that every free page can be allocated; the
+    /// rest as `BootOptions::default()`.
     pub fn options(&self) -> BootOptions<'_> {
         BootOptions {
             cpus: &self.cpus,
             min_free_kbytes: Some(0),
+            lowmem_reserve_ratio: 0,
             ..BootOptions::default()
         }
     }
