@@ -613,7 +613,8 @@ impl Zone {
     }
 
     /// Moves up to `count` blocks of a huge-page `order` from the buddy into the pool, keeping
-    /// the min watermark, under one lock. Returns how many it moved, and why it stopped.
+    /// the min watermark (and `Dma32`'s protection), under one lock. Returns how many it
+    /// moved, and why it stopped.
     pub(crate) fn pool_grow(&self, order: Order, count: u64) -> (u64, Option<NoBlock>) {
         let mut z = self.lock();
         let mut n = 0;
@@ -1137,7 +1138,8 @@ impl Node {
     pub fn free_pages(&self) -> u64 {
         self.zones.iter().map(|z| z.counters().free).sum()
     }
-    /// `true` if some zone could hand out a block of `order` above its min watermark.
+    /// `true` if some zone could hand out a block of `order` above its min watermark to a request
+    /// that may use every zone (so `Dma32` keeps its protection).
     pub fn can_serve(&self, order: Order) -> bool {
         self.zones.iter().any(|z| z.can_serve(order))
     }

@@ -11,8 +11,8 @@ use crate::topology::NodeId;
 
 impl<'a> Machine<'a> {
     /// Reserves up to `count` huge pages of `size` on `node` alone (boot-time reservation),
-    /// from its highest zone first, keeping each zone's min watermark; each zone's lock is
-    /// taken once. Returns how many it reserved.
+    /// from its highest zone first, keeping each zone's min watermark (and `Dma32`'s
+    /// protection); each zone's lock is taken once. Returns how many it reserved.
     pub fn reserve_huge(&self, node: NodeId, size: HugeSize, count: u64) -> u64 {
         let Some(n) = self.nodes.get(node.index()) else {
             return 0;

@@ -287,6 +287,44 @@ fn dma32_keeps_its_protection_from_allocations_that_may_use_normal() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "allocates 80,000 frames: the other machine tests take Miri through its unsafe code"
+)]
+fn the_protection_adds_to_the_min_watermark() {
+    let spec = Spec::uniform(1, 320 * MIB, FOUR_GIB - 64 * MIB);
+    let mem = SparseMem::default();
+    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+    let opts = BootOptions {
+        min_free_kbytes: Some(8 * 1024),
+        ..BootOptions::default()
+    };
+    let m = Machine::boot(topo, &mem, &spec.ranges, opts).unwrap();
+    let node = m.node(n(0)).unwrap();
+    let (dma32, normal) = (node.zone(ZoneKind::Dma32), node.zone(ZoneKind::Normal));
+    let want = lowmem_reserve(256, dma32.counters().managed, normal.counters().managed);
+    let marks = dma32.counters().marks;
+    assert!(marks.min > 0 && marks.low > marks.min && want > 0);
+    assert_eq!(marks.protection, want);
+    // The last pass of an ordinary walk keeps min, and Dma32 its protection on top of it.
+    let mut held = exhaust(&m, AllocFlags::empty());
+    assert_eq!(normal.counters().free, normal.counters().marks.min);
+    assert_eq!(dma32.counters().free, marks.min + want);
+    // One frame above that serves a single frame, not a pair.
+    let i = held.iter().position(|p| p.get() < FOUR_GIB).unwrap();
+    m.free(held.swap_remove(i), Order::ZERO).unwrap();
+    assert_eq!(m.alloc(n(0), Order::new(1), AllocFlags::empty()), None);
+    held.push(m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap());
+    assert_eq!(dma32.counters().free, marks.min + want);
+    // A DMA32 request keeps only the watermark.
+    let dma = exhaust(&m, AllocFlags::DMA32);
+    assert_eq!(dma.len() as u64, want);
+    m.free_bulk(&held).unwrap();
+    m.free_bulk(&dma).unwrap();
+    m.check_invariants().unwrap();
+}
+
+#[test]
 fn hot_adding_normal_memory_raises_the_protection_of_dma32() {
     // All of node 0 below 4 GiB at boot: nothing above it to protect from.
     let spec = Spec::uniform(1, 64 * MIB, FOUR_GIB - 64 * MIB);
