@@ -283,7 +283,7 @@ impl Zone {
     /// `true` if the zone had no frame above `mark` when its lock was last given up: an
     /// allocation that keeps `mark` fails without taking the lock.
     #[inline]
-    pub(crate) fn short_of(&self, mark: Mark) -> bool {
+    fn short_of(&self, mark: Mark) -> bool {
         // Relaxed: see `ZoneGuard::drop`. A free (or a change of the watermarks) that happens
         // before this call, through the caller's own synchronisation, published its headroom
         // before its unlock, so it is seen.
@@ -526,6 +526,12 @@ impl Zone {
             if z.headroom(mark) == 0 {
                 return Err(NoBlock::Empty);
             }
+            // A request that may use only this zone (DMA32 in `Dma32`) may take its protected
+            // frames, but never into a cache, where ordinary requests would find them without
+            // a check: inside the protection it takes its one frame straight from the zone.
+            let protected = mark.highest == self.kind
+                && z.headroom(Mark::new(mark.level, ZoneKind::Normal)) == 0;
+            let lend_min = if protected { u16::MAX } else { lend_min };
             let take = &mut take;
             z.area.lend(
                 class,

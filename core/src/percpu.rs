@@ -828,13 +828,6 @@ impl<'a> Caches<'a> {
             zone: kind,
             class,
         };
-        // A lower zone serving a request that may use a higher one keeps its protection (and
-        // its watermark) from the frames this CPU holds too: Linux checks a zone's watermark
-        // before its per-CPU lists. A pageblock lent for a DMA32 request would otherwise hand
-        // the protected frames to ordinary requests.
-        if kind < mark.highest && zone.short_of(mark) {
-            return Err(NoBlock::Empty);
-        }
         let held = c.slots.iter().position(|s| s.key == Some(key));
         if let Some(i) = held
             && let Some((pfn, dirty)) = pop_slot(&mut c.slots[i], &pc.states[i])
