@@ -207,11 +207,16 @@ fn lowmem_reserve(ratio: u32, dma32_managed: u64, normal_managed: u64) -> u64 {
     }
 }
 
-/// Boots `spec` with watermarks off but `Dma32`'s protection at `ratio`.
-fn boot_protected<'a>(spec: &'a Spec, mem: &'a SparseMem, ratio: u32) -> Machine<'a> {
+/// Boots `spec` with `min_free_kbytes` (0: watermarks off) and `Dma32`'s protection at `ratio`.
+fn boot_protected<'a>(
+    spec: &'a Spec,
+    mem: &'a SparseMem,
+    min_free_kbytes: u64,
+    ratio: u32,
+) -> Machine<'a> {
     let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
     let opts = BootOptions {
-        min_free_kbytes: Some(0),
+        min_free_kbytes: Some(min_free_kbytes),
         lowmem_reserve_ratio: ratio,
         hotplug_slots: 4,
         cpus: &[NodeId::new(0)],
@@ -243,7 +248,7 @@ fn dma32_keeps_its_protection_from_allocations_that_may_use_normal() {
     let spec = Spec::uniform(1, 320 * MIB, FOUR_GIB - 64 * MIB);
     for ratio in [256, 32, 0] {
         let mem = SparseMem::default();
-        let m = boot_protected(&spec, &mem, ratio);
+        let m = boot_protected(&spec, &mem, 0, ratio);
         let node = m.node(n(0)).unwrap();
         let (dma32, normal) = (node.zone(ZoneKind::Dma32), node.zone(ZoneKind::Normal));
         let want = lowmem_reserve(ratio, dma32.counters().managed, normal.counters().managed);
@@ -295,12 +300,7 @@ fn dma32_keeps_its_protection_from_allocations_that_may_use_normal() {
 fn the_protection_adds_to_the_min_watermark() {
     let spec = Spec::uniform(1, 320 * MIB, FOUR_GIB - 64 * MIB);
     let mem = SparseMem::default();
-    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
-    let opts = BootOptions {
-        min_free_kbytes: Some(8 * 1024),
-        ..BootOptions::default()
-    };
-    let m = Machine::boot(topo, &mem, &spec.ranges, opts).unwrap();
+    let m = boot_protected(&spec, &mem, 8 * 1024, 256);
     let node = m.node(n(0)).unwrap();
     let (dma32, normal) = (node.zone(ZoneKind::Dma32), node.zone(ZoneKind::Normal));
     let want = lowmem_reserve(256, dma32.counters().managed, normal.counters().managed);
@@ -330,7 +330,7 @@ fn hot_adding_normal_memory_raises_the_protection_of_dma32() {
     // All of node 0 below 4 GiB at boot: nothing above it to protect from.
     let spec = Spec::uniform(1, 64 * MIB, FOUR_GIB - 64 * MIB);
     let mem = SparseMem::default();
-    let m = boot_protected(&spec, &mem, 256);
+    let m = boot_protected(&spec, &mem, 0, 256);
     let node = m.node(n(0)).unwrap();
     let (dma32, normal) = (node.zone(ZoneKind::Dma32), node.zone(ZoneKind::Normal));
     assert_eq!(dma32.counters().marks.protection, 0);
