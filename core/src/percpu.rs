@@ -1144,14 +1144,13 @@ impl<'m> Owned<'m, '_> {
         self.pc.node
     }
 
-    /// Gives back every pageblock if a remote drain asked for it.
+    /// Gives back every pageblock if a remote drain asked for it; `true` if one did.
     #[inline]
-    fn honour(&mut self) {
+    pub(crate) fn honour(&mut self) -> bool {
         // Acquire: pairs with the Release of the request, so the tuning and pressure stored
         // before it are seen by this operation.
-        if self.pc.flags.load(Ordering::Acquire) & (claim::REQUEST | claim::FORGET) != 0 {
-            self.honour_now();
-        }
+        self.pc.flags.load(Ordering::Acquire) & (claim::REQUEST | claim::FORGET) != 0
+            && self.honour_now()
     }
 
     /// Pops a frame for the request the caller names `asking` (its flags, say) from the slot
@@ -1240,8 +1239,9 @@ impl<'m> Owned<'m, '_> {
         self.asking = None;
     }
 
+    /// [`Owned::honour`] once a note or request is posted; `true` if it was a drain request.
     #[cold]
-    fn honour_now(&mut self) {
+    fn honour_now(&mut self) -> bool {
         // Acquire: as in `honour`. Cleared before the drain: a request posted during it is
         // honoured next time.
         let was = self
@@ -1251,11 +1251,13 @@ impl<'m> Owned<'m, '_> {
         if was & claim::FORGET != 0 {
             self.c.last = None;
         }
-        if was & claim::REQUEST != 0 {
+        let drain = was & claim::REQUEST != 0;
+        if drain {
             drain_slots(self.pc, &mut self.c, self.nodes, |_, _| true);
             self.hot = None;
             self.high = self.caches.tuning().high as usize;
         }
+        drain
     }
 
     /// Gives slot `i`'s pageblock back to its zone (its frees left more than `high` free).

@@ -65,15 +65,27 @@ impl CpuHandle<'_, '_> {
         self.alloc_walk(order, flags)
     }
 
-    /// [`CpuHandle::alloc`] through the walk: the hot slot had no frame for the request.
+    /// [`CpuHandle::alloc`] through the walk: the hot slot had no frame for the request, or
+    /// the request does not use the cache (a block above order 0, or a zeroed frame).
     #[inline(never)]
     fn alloc_walk(&mut self, order: Order, flags: AllocFlags) -> Option<Pfn> {
+        // Every operation honours a drain request posted meanwhile, whether or not it uses
+        // the cache.
+        self.own.honour();
         if order != Order::ZERO || flags.contains(AllocFlags::ZERO) {
             self.own.ask_other();
         }
         let node = self.own.node();
-        self.machine
-            .walk_cached(&mut self.own, &Request::new(node, node, order, flags))
+        let req = Request::new(node, node, order, flags);
+        let got = self.machine.walk_cached(&mut self.own, &req);
+        // A failing walk drains every cache before its last try, this CPU's by a request
+        // (it is claimed). An order-0 walk honours it there, through the cache; one above
+        // order 0 never looks at the cache, so it gives the frames back here and tries again:
+        // they may merge into the block it wants.
+        if got.is_none() && order != Order::ZERO && self.own.honour() {
+            return self.machine.walk_cached(&mut self.own, &req);
+        }
+        got
     }
 
     /// Fills `out` with order-0 frames through the held cache; returns how many it placed
@@ -132,9 +144,11 @@ impl CpuHandle<'_, '_> {
             .free(pfn, |pfn| m.locate(pfn), dirty, false, m.poison())
     }
 
-    /// A block of order 1 or more: straight to its zone, as [`Machine::free`] frees it.
+    /// A block of order 1 or more: straight to its zone, as [`Machine::free`] frees it, after
+    /// honouring a drain request posted meanwhile.
     #[inline(never)]
-    fn free_block(&self, pfn: Pfn, order: Order, dirty: bool) -> Result<(), FreeError> {
+    fn free_block(&mut self, pfn: Pfn, order: Order, dirty: bool) -> Result<(), FreeError> {
+        self.own.honour();
         if dirty {
             self.machine.free(pfn, order)
         } else {

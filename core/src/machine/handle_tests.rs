@@ -90,6 +90,37 @@ fn a_drain_of_a_claimed_cpu_is_honoured_at_its_next_operation() {
 }
 
 #[test]
+fn a_drain_request_is_honoured_by_operations_above_order_0() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let c0 = m.cpu(0).unwrap();
+    let free0 = m.node(n(0)).unwrap().free_pages();
+    let mut h = m.claim_cpu(c0).unwrap();
+    let p = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    let big = h.alloc(Order::new(3), AllocFlags::empty()).unwrap();
+    // A free above order 0 is the next operation: the pageblock goes back first.
+    m.drain_cpu(c0);
+    h.free(big, Order::new(3)).unwrap();
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0 - 1);
+    // So is an allocation above order 0, after the cache took a pageblock again.
+    h.free(p, Order::ZERO).unwrap();
+    let p = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    assert!(
+        m.node(n(0)).unwrap().free_pages() < free0 - 1,
+        "a pageblock is lent"
+    );
+    m.drain_cpu(c0);
+    let big = h.alloc(Order::new(3), AllocFlags::empty()).unwrap();
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0 - 1 - 8);
+    h.free(big, Order::new(3)).unwrap();
+    h.free(p, Order::ZERO).unwrap();
+    drop(h);
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
+    m.check_invariants().unwrap();
+}
+
+#[test]
 fn caching_off_is_a_barrier_for_a_claimed_cpu() {
     let spec = Spec::uniform(1, 2048, 0);
     let mem = SparseMem::default();
@@ -139,6 +170,36 @@ fn a_handle_gives_its_own_cache_back_under_pressure() {
         h.free(q, Order::ZERO).unwrap();
     }
     drop(h);
+    m.drain_all();
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_handles_walk_above_order_0_gets_its_own_cache_back_under_pressure() {
+    let spec = Spec::uniform(1, 1024, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let c0 = m.cpu(0).unwrap();
+    let free0 = m.node(n(0)).unwrap().free_pages();
+    let mut h = m.claim_cpu(c0).unwrap();
+    let p = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    let mut taken = std::vec::Vec::new();
+    while let Some(q) = m.alloc(n(0), Order::ZERO, AllocFlags::empty()) {
+        taken.push(q);
+    }
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), 0);
+    // Only the handle's own cache has free frames: its failing walk drains it (a request to
+    // itself, as it is claimed) and the block comes from the frames it gave back.
+    let big = h
+        .alloc(Order::new(1), AllocFlags::empty())
+        .expect("the handle's own cached frames serve the block");
+    h.free(big, Order::new(1)).unwrap();
+    h.free(p, Order::ZERO).unwrap();
+    drop(h);
+    for q in taken {
+        m.free(q, Order::ZERO).unwrap();
+    }
     m.drain_all();
     assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
     m.check_invariants().unwrap();
