@@ -523,6 +523,11 @@ fn count(range: PhysRange, shift: u32) -> u64 {
     }
 }
 
+/// `true` if mask `mask` (bit `i`: the span in slot `i`) holds the span in `slot`.
+pub(crate) fn in_mask(mask: u32, slot: u8) -> bool {
+    mask & 1 << slot != 0
+}
+
 /// Pageblocks of section `s` of a span over `range` (fewer than 512 only at the span's edges).
 fn pbs_in_section(range: PhysRange, s: u64) -> u64 {
     let base = ((range.start().get() >> SECTION_SHIFT) + s) << SECTION_SHIFT;
@@ -2675,11 +2680,16 @@ impl ZoneMeta {
     }
 
     /// Moves every plane and array in use that lies in the metadata memory of the span in
-    /// `slot` (its quarantined slabs) and describes another span's pageblocks out, into memory
-    /// in service: the owner index names each plane's pageblock, and the sections of the other
-    /// spans are looked at for arrays. `Err` names what the pool is short of; what moved
-    /// stays moved, so the caller grows the pool and calls again.
-    pub(crate) fn evacuate(&mut self, slot: u8) -> Result<(), Short> {
+    /// `slot` (its quarantined slabs) and describes the pageblocks of a span staying in the
+    /// zone out, into memory in service: the owner index names each plane's pageblock, and the
+    /// sections of the other spans are looked at for arrays. The spans of mask `leaving`
+    /// (`slot` among them) leave with it, so their planes and arrays stay: they go back to the
+    /// pool before any of that memory leaves (see [`FreeArea::remove_spans`]). `Err` names
+    /// what the pool is short of; what moved stays moved, so the caller grows the pool and
+    /// calls again.
+    ///
+    /// [`FreeArea::remove_spans`]: crate::buddy::FreeArea::remove_spans
+    pub(crate) fn evacuate(&mut self, slot: u8, leaving: u32) -> Result<(), Short> {
         let away = self.span(slot).ok_or(Short::Singles)?.away();
         for kind in [Short::Singles, Short::Pairs] {
             let mut cur = *self.pool.list(kind, List::Quarantine);
@@ -2693,7 +2703,7 @@ impl ZoneMeta {
                         let at = unsafe { h.cast::<u8>().add(i * Pool::slot_bytes(kind)) };
                         if used & 1 << i != 0
                             && let Some(o) = PbRef::unpack(Pool::owner(kind, at))
-                            && o.span != slot
+                            && !in_mask(leaving, o.span)
                         {
                             self.relocate_planes(o)?;
                         }
@@ -2703,6 +2713,9 @@ impl ZoneMeta {
             }
         }
         for (other, nsec) in self.other_spans(slot) {
+            if in_mask(leaving, other) {
+                continue;
+            }
             for index in 0..nsec {
                 let s = SecRef { span: other, index };
                 if let Some((_, Some(a))) = self.section_cell_copy(s) {
@@ -2720,10 +2733,11 @@ impl ZoneMeta {
         Ok(())
     }
 
-    /// `true` if a section of a span but `except` has a pool array lying in `away` memory.
-    fn arrays_in(&self, away: Away, except: Option<u8>) -> bool {
+    /// `true` if a section of a span outside mask `except` has a pool array lying in `away`
+    /// memory.
+    fn arrays_in(&self, away: Away, except: u32) -> bool {
         self.spans()
-            .filter(|(i, _)| Some(*i) != except)
+            .filter(|(i, _)| !in_mask(except, *i))
             .any(|(i, span)| {
                 (0..span.sections()).any(|index| {
                     match self.section_cell_copy(SecRef { span: i, index }) {
@@ -2738,10 +2752,11 @@ impl ZoneMeta {
             })
     }
 
-    /// `true` if nothing of another span is left in the metadata memory of the span in `slot`:
-    /// every plane in its slabs is one of its own pageblocks', and no other span's section
-    /// has its array there (what [`ZoneMeta::evacuate`] achieves).
-    pub(crate) fn evacuated(&self, slot: u8) -> bool {
+    /// `true` if nothing of a span staying in the zone is left in the metadata memory of the
+    /// span in `slot`: every plane in its slabs is a pageblock's of a span of mask `leaving`
+    /// (`slot` among them), and no other span's section has its array there (what
+    /// [`ZoneMeta::evacuate`] achieves).
+    pub(crate) fn evacuated(&self, slot: u8, leaving: u32) -> bool {
         let Some(away) = self.span(slot).map(SpanMeta::away) else {
             return false;
         };
@@ -2761,7 +2776,8 @@ impl ZoneMeta {
                         // SAFETY: slot `i` lies inside the slab's page.
                         let at = unsafe { h.cast::<u8>().add(i * Pool::slot_bytes(kind)) };
                         if x.used & 1 << i != 0
-                            && PbRef::unpack(Pool::owner(kind, at)).is_none_or(|o| o.span != slot)
+                            && PbRef::unpack(Pool::owner(kind, at))
+                                .is_none_or(|o| !in_mask(leaving, o.span))
                         {
                             return false;
                         }
@@ -2771,7 +2787,7 @@ impl ZoneMeta {
             }
             true
         });
-        planes && !self.arrays_in(away, Some(slot))
+        planes && !self.arrays_in(away, leaving)
     }
 
     /// The planes and arrays of other spans lying in the metadata memory of the span in
@@ -2920,7 +2936,7 @@ impl ZoneMeta {
     pub(crate) fn remove(&mut self, slot: u8) -> Option<Leaving> {
         let span = *self.span(slot)?;
         let away = span.away();
-        if self.pool.holds_planes(away) || self.arrays_in(away, None) {
+        if self.pool.holds_planes(away) || self.arrays_in(away, 0) {
             return None;
         }
         let mut out = Leaving {

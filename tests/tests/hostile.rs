@@ -1285,6 +1285,86 @@ fn hot_add_is_atomic_when_the_platform_cannot_map_the_second_piece() {
     assert!(matches!(r, Err(BootError::MapFailed { .. })), "{r:?}");
 }
 
+/// Adjacent spans leave in one call even when one holds the other's metadata: here planes of
+/// `b`'s pageblocks lie in `a`'s seed, and node 2 has no other memory to move them to. Once
+/// this failed with `NoMetadata` on every try, though each span could leave alone.
+#[test]
+fn adjacent_spans_holding_each_others_metadata_go_offline_together() {
+    let w = World::standard();
+    let m = w.boot();
+    let hot = FallbackOptions::default();
+    let x = 5 * G4 + 100;
+    let (a, b) = (range(x, x + 2000), range(x + 2000, x + 5000));
+    m.hot_add(&w.mem, n(2), b, hot).unwrap();
+    m.hot_add(&w.mem, n(2), a, hot).unwrap();
+    let before = Snap::of(&m);
+    // Every block the node has, of order 1 and then 0, and all of it freed again: the
+    // pageblocks split on the way, and their planes come from wherever the pool had room.
+    let mut held = Vec::new();
+    for order in [Order::new(1), Order::ZERO] {
+        while let Some(p) = m.alloc(n(2), order, AllocFlags::THISNODE) {
+            held.push((p, order));
+        }
+    }
+    for (p, order) in held {
+        m.free(p, order).unwrap();
+    }
+    let node = m.node(n(2)).unwrap();
+    assert_eq!(
+        node.free_pages(),
+        node.managed_pages(),
+        "every frame is free"
+    );
+    m.offline(&w.mem, range(x, x + 5000), OfflineOptions::default())
+        .unwrap();
+    m.check_invariants().unwrap();
+    assert_eq!(node.managed_pages(), 0);
+    m.hot_add(&w.mem, n(2), b, hot).unwrap();
+    m.hot_add(&w.mem, n(2), a, hot).unwrap();
+    assert_eq!(Snap::of(&m), before);
+    m.check_invariants().unwrap();
+}
+
+/// A refused offline (`Busy`) keeps what its isolation did, as Linux's failed offlining does:
+/// the pageblocks of the range that per-CPU caches held are back in the buddy. Nothing else
+/// changes: free memory (free + cached) is the same, the frames handed out stay so, and the
+/// range serves allocations again.
+#[test]
+fn a_busy_offline_gives_back_cached_pageblocks_and_changes_nothing_else() {
+    let w = World::standard();
+    let m = w.boot();
+    let node0 = m.node(n(0)).unwrap();
+    let mut boot_frames = Vec::new();
+    while let Some(p) = m.alloc(n(0), Order::ZERO, AllocFlags::THISNODE) {
+        boot_frames.push(p);
+    }
+    let a = range(5 * G4, 5 * G4 + 4096);
+    m.hot_add(&w.mem, n(0), a, FallbackOptions::default())
+        .unwrap();
+    let busy = m.alloc(n(0), Order::ZERO, AllocFlags::THISNODE).unwrap();
+    let cpu = m.cpu(0).unwrap();
+    let p = m.alloc_cpu(cpu, Order::ZERO, AllocFlags::THISNODE).unwrap();
+    assert!(a.contains(busy) && a.contains(p));
+    let cached = m.cached_pages();
+    assert!(cached > 0, "CPU 0 holds a pageblock of the range");
+    let free = node0.free_pages();
+    assert!(matches!(
+        m.offline(&w.mem, a, OfflineOptions::default()),
+        Err(OfflineError::Busy { .. })
+    ));
+    m.check_invariants().unwrap();
+    assert_eq!(m.cached_pages(), 0);
+    assert_eq!(node0.free_pages(), free + cached);
+    for q in [busy, p] {
+        assert_eq!(m.free(q, Order::ZERO), Ok(()), "{q:?} stayed handed out");
+    }
+    let again = m.alloc(n(0), Order::ZERO, AllocFlags::THISNODE).unwrap();
+    assert!(a.contains(again), "the range serves allocations again");
+    m.free(again, Order::ZERO).unwrap();
+    m.free_bulk(&boot_frames).unwrap();
+    m.check_invariants().unwrap();
+}
+
 /// Offlining works on whole spans (the zone parts of boot and hot-added ranges). Every other
 /// range is refused with a typed error, nothing changed: empty, foreign (wholly or in part),
 /// partial (a boundary inside a range, aligned or not), overlapping two ranges, and ranges

@@ -26,7 +26,8 @@ use crate::addr::{MAX_ORDER, Order, Pfn};
 use crate::bitmap::FRAMES;
 use crate::error::InvariantError;
 use crate::meta::{
-    Class, Leaving, NIL, PbRef, PbState, SecRef, Section, SectionState, Short, Which, flag,
+    Class, Leaving, MAX_SPANS_PER_ZONE, NIL, PbRef, PbState, SecRef, Section, SectionState, Short,
+    Which, flag, in_mask,
 };
 use crate::topology::NodeId;
 
@@ -426,13 +427,13 @@ impl FreeArea {
         None
     }
 
-    /// Checks that the isolated span in `slot` can leave, and gets it ready: every frame free
-    /// and no slab of its frames on its way into the pool (else [`Refusal::Busy`]), and the
-    /// other spans' planes and arrays moved out of its metadata memory (else
-    /// [`Refusal::Meta`]: the pool must grow first; what moved stays moved). Once it is
-    /// ready it stays ready while it is isolated: nothing can allocate from it, and nothing
-    /// new is put into its metadata memory.
-    pub(crate) fn prepare(&mut self, slot: u8) -> Result<(), Refusal> {
+    /// Checks that the isolated span in `slot` can leave with the spans of mask `leaving` (its
+    /// own bit among them), and gets it ready: every frame free and no slab of its frames on
+    /// its way into the pool (else [`Refusal::Busy`]), and the planes and arrays of the spans
+    /// that stay moved out of its metadata memory (else [`Refusal::Meta`]: the pool must grow
+    /// first; what moved stays moved). Once it is ready it stays ready while it is isolated:
+    /// nothing can allocate from it, and nothing new is put into its metadata memory.
+    pub(crate) fn prepare(&mut self, slot: u8, leaving: u32) -> Result<(), Refusal> {
         let (busy, first) = self.busy(slot);
         if busy > 0 {
             return Err(Refusal::Busy {
@@ -443,23 +444,53 @@ impl FreeArea {
         if let Some(first) = self.in_flight(slot) {
             return Err(Refusal::Busy { busy: 1, first });
         }
-        self.meta.evacuate(slot).map_err(Refusal::Meta)
+        self.meta.evacuate(slot, leaving).map_err(Refusal::Meta)
     }
 
-    /// Removes the isolated span in `slot`, ready by [`FreeArea::prepare`], from the zone: its
-    /// free memory leaves the counters and the counts of free blocks, its own pageblocks' planes
-    /// and its sections' pool arrays go back to the pool, its pool pageblocks leave their list,
-    /// and the span and its metadata memory leave the zone's metadata. Returns that memory, to
-    /// unmap; `None` (changing nothing) unless the span is isolated and ready.
-    pub(crate) fn remove_span(&mut self, slot: u8) -> Option<Leaving> {
-        let span = *self.meta.span(slot)?;
-        if !self.isolated(slot)
-            || self.busy(slot).0 > 0
-            || self.in_flight(slot).is_some()
-            || !self.meta.evacuated(slot)
-        {
+    /// Removes the isolated spans of mask `leaving`, each ready by [`FreeArea::prepare`] with
+    /// that mask, from the zone together: their free memory leaves the counters and the counts
+    /// of free blocks, their own pageblocks' planes and their sections' pool arrays go back to
+    /// the pool, their pool pageblocks leave their list, and the spans and their metadata
+    /// memory leave the zone's metadata. One span's planes or arrays may lie in another's
+    /// metadata memory, so every span gives its own back before any memory leaves. Returns
+    /// that memory per slot, to unmap; `None` (changing nothing) unless every span is isolated
+    /// and ready.
+    pub(crate) fn remove_spans(
+        &mut self,
+        leaving: u32,
+    ) -> Option<[Option<Leaving>; MAX_SPANS_PER_ZONE]> {
+        let slots = || (0..MAX_SPANS_PER_ZONE as u8).filter(|&i| in_mask(leaving, i));
+        let ready = |a: &Self, slot| {
+            a.meta.span(slot).is_some()
+                && a.isolated(slot)
+                && a.busy(slot).0 == 0
+                && a.in_flight(slot).is_none()
+                && a.meta.evacuated(slot, leaving)
+        };
+        if leaving >> MAX_SPANS_PER_ZONE != 0 || !slots().all(|slot| ready(self, slot)) {
             return None;
         }
+        for slot in slots() {
+            self.give_up_metadata(slot);
+        }
+        let mut out = [const { None }; MAX_SPANS_PER_ZONE];
+        for slot in slots() {
+            let frames = self.meta.span(slot)?.range.frames();
+            out[usize::from(slot)] = Some(self.meta.remove(slot)?);
+            self.managed_pages -= frames;
+            self.iso_mask &= !(1 << slot);
+            self.iso_kept &= !(1 << slot);
+        }
+        Some(out)
+    }
+
+    /// The first step of [`FreeArea::remove_spans`] for the span in `slot`: its free memory
+    /// leaves the counters and the counts of free blocks, and its pageblocks' planes, its
+    /// sections' pool arrays and its pool pageblocks go back to the pool.
+    fn give_up_metadata(&mut self, slot: u8) {
+        let Some(span) = self.meta.span(slot).copied() else {
+            return;
+        };
         let (mut free, mut dirty, mut reported) = (0u64, 0u64, 0u64);
         for index in 0..span.sections() {
             let s = SecRef { span: slot, index };
@@ -510,15 +541,10 @@ impl FreeArea {
                 SectionState::Allocated(_) => {}
             }
         }
-        let leaving = self.meta.remove(slot)?;
         self.free_pages -= free;
         self.isolated_pages -= free;
         self.dirty_pages -= dirty;
         self.reported_pages -= reported;
-        self.managed_pages -= span.range.frames();
-        self.iso_mask &= !(1 << slot);
-        self.iso_kept &= !(1 << slot);
-        Some(leaving)
     }
 
     /// Checks the metadata pool's owner index against the planes: every pageblock with planes

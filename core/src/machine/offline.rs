@@ -16,6 +16,7 @@ use super::layout::{StagedSpan, Staging};
 use crate::addr::{Pfn, PhysRange};
 use crate::buddy::Refusal;
 use crate::error::OfflineError;
+use crate::meta::MAX_SPANS_PER_ZONE;
 use crate::node::Zone;
 use crate::platform::PhysMemory;
 use crate::sync::MutexGuard;
@@ -69,7 +70,11 @@ impl<'a> Machine<'a> {
     /// is not whole spans of the machine: nothing changed. [`Busy`](OfflineError::Busy) (with
     /// the pageblocks in use and the first frame in use) or
     /// [`NoMetadata`](OfflineError::NoMetadata): the range is usable as before, or with
-    /// [`OfflineOptions::keep_isolated`] stays isolated for a retry.
+    /// [`OfflineOptions::keep_isolated`] stays isolated for a retry. What the isolation did
+    /// stays done, as after Linux's failed offlining: the pageblocks of the range that per-CPU
+    /// caches held and the classes' spare pageblocks are back in the buddy, and the free pages
+    /// of huge-page pools in it are dissolved; the frames handed out and the free memory
+    /// (free and cached) are as before.
     pub fn offline<M: PhysMemory + ?Sized>(
         &self,
         mem: &M,
@@ -100,14 +105,18 @@ impl<'a> Machine<'a> {
             return Err(e);
         }
         // Every span is ready, and stays ready while isolated: nothing can allocate from it
-        // and nothing new is put into its metadata memory. Each leaves its zone in turn
-        // (frees of its frames are refused from then on), then the layout forgets them all at
-        // once.
+        // and nothing new is put into its metadata memory. The spans of each zone leave it
+        // together (frees of their frames are refused from then on), as one may hold another's
+        // metadata; then the layout forgets them all at once.
         let mut at = range.start();
         while let Some(p) = self.part_from(&staged, range, at) {
             at = p.staged.whole.end();
-            if self.remove_part(mem, &p) {
-                staged.remove(p.staged.whole);
+            for q in self
+                .remove_parts(mem, &staged, range, p.zone)
+                .into_iter()
+                .flatten()
+            {
+                staged.remove(q.staged.whole);
             }
         }
         self.republish(&mut staged, opts.fallback);
@@ -212,8 +221,9 @@ impl<'a> Machine<'a> {
     fn prepare(&self, staged: &Staging<'a>, range: PhysRange) -> Result<(), OfflineError> {
         let (mut busy, mut first, mut short) = (0u64, None::<Pfn>, None);
         self.for_each_part(staged, range, |p| {
+            let leaving = self.parts_of(staged, range, p.zone).0;
             loop {
-                match p.zone.with_area(|a| a.prepare(p.slot)) {
+                match p.zone.with_area(|a| a.prepare(p.slot, leaving)) {
                     Ok(()) => return,
                     Err(Refusal::Busy { busy: n, first: f }) => {
                         busy += n;
@@ -238,20 +248,52 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// Removes a ready span from its zone and unmaps the memory it leaves with: its region
-    /// through `mem`, the pool slabs of its frames through the machine's. `false` (changing
-    /// nothing) if the span was not ready after all.
-    fn remove_part<M: PhysMemory + ?Sized>(&self, mem: &M, p: &Part<'_>) -> bool {
-        let Some(mut leaving) = p.zone.with_area(|a| a.remove_span(p.slot)) else {
-            return false;
+    /// The spans of `range` (a checked range) in `zone`, by slot, and their mask.
+    fn parts_of<'m>(
+        &'m self,
+        staged: &Staging<'a>,
+        range: PhysRange,
+        zone: &Zone,
+    ) -> (u32, [Option<Part<'m>>; MAX_SPANS_PER_ZONE]) {
+        let mut parts = [None; MAX_SPANS_PER_ZONE];
+        let mut mask = 0;
+        self.for_each_part(staged, range, |p| {
+            if core::ptr::eq(p.zone, zone)
+                && let Some(at) = parts.get_mut(usize::from(p.slot))
+            {
+                *at = Some(p);
+                mask |= 1 << p.slot;
+            }
+        });
+        (mask, parts)
+    }
+
+    /// Removes the ready spans of `range` in `zone` from it, together, and unmaps the memory
+    /// they leave with: their regions through `mem`, the pool slabs of their frames through the
+    /// machine's. Returns the spans removed: none (changing nothing) if they were not all ready
+    /// after all.
+    fn remove_parts<'m, M: PhysMemory + ?Sized>(
+        &'m self,
+        mem: &M,
+        staged: &Staging<'a>,
+        range: PhysRange,
+        zone: &Zone,
+    ) -> [Option<Part<'m>>; MAX_SPANS_PER_ZONE] {
+        let (mask, parts) = self.parts_of(staged, range, zone);
+        let Some(mut leaving) = zone.with_area(|a| a.remove_spans(mask)) else {
+            return [None; MAX_SPANS_PER_ZONE];
         };
-        p.zone.shrink_managed(p.staged.span.range.frames());
-        while let Some((slab, at)) = leaving.pop() {
-            self.mem.unmap(slab, at);
+        for (p, l) in parts.iter().zip(&mut leaving) {
+            if let (Some(p), Some(mut l)) = (p, l.take()) {
+                zone.shrink_managed(p.staged.span.range.frames());
+                while let Some((slab, at)) = l.pop() {
+                    self.mem.unmap(slab, at);
+                }
+                let (region, at) = l.region;
+                mem.unmap(region, at);
+            }
         }
-        let (region, at) = leaving.region;
-        mem.unmap(region, at);
-        true
+        parts
     }
 
     /// Rebuilds every fallback order from the staged node states, publishes the layout in one
