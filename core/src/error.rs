@@ -38,7 +38,8 @@ pub enum BootError {
         /// First frame of the offending range.
         start: Pfn,
     },
-    /// A range is empty, ends past 2^52 frames, or holds 2^36 frames (256 TiB) or more.
+    /// A range is empty, ends past 2^52 frames, holds 2^36 frames (256 TiB) or more, or is too
+    /// small to hold its own metadata and a frame to manage.
     BadRange {
         /// First frame of the offending range.
         start: Pfn,
@@ -74,7 +75,7 @@ impl_error!(
         BootError::Overlap { start } => write!(f, "memory range at pfn {start} overlaps another"),
         BootError::BadRange { start } => write!(
             f,
-            "memory range at pfn {start} is empty, ends past 2^52 frames or spans 2^36 frames or more"
+            "memory range at pfn {start} is empty, too small for its metadata, ends past 2^52 frames or spans 2^36 frames or more"
         ),
         BootError::TooManyRanges => write!(f, "too many memory ranges"),
         BootError::MapFailed { start } =>

@@ -214,6 +214,24 @@ fn bad_arguments_exit_2_with_one_line() {
         &["zonelists", "--preset", "two\nlines"],
         "unknown preset `two lines`",
     );
+    // Empty values, and a lone `-` (which clap would take as a value: a separate value may
+    // not start with `-`).
+    bad_input(
+        &["hugepages", "--preset", "amd-4node", "--cmdline", ""],
+        "`--cmdline` needs a value",
+    );
+    bad_input(
+        &["hugepages", "--preset", "amd-4node", "--cmdline", "-"],
+        "`--cmdline` needs a value (TEXT)",
+    );
+    bad_input(
+        &["frag", "--preset", "fake-64", "--svg", "-"],
+        "`--svg` needs a value (FILE)",
+    );
+    bad_input(
+        &["zonelists", "--preset", "amd-4node", "-"],
+        "unexpected argument `-`",
+    );
 }
 
 #[test]

@@ -184,6 +184,9 @@ pub fn run_with_progress(
                 .ok_or_else(|| CliError::BadInput(format!("argument {} is not valid UTF-8", i + 1)))
         })
         .collect::<Result<_, _>>()?;
+    if let Some(e) = parse_error::lone_dash(&args) {
+        return Err(e);
+    }
     let cli =
         match Cli::try_parse_from(std::iter::once("numaframe".to_string()).chain(args.clone())) {
             Ok(cli) => cli,

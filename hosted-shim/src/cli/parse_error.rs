@@ -85,11 +85,16 @@ pub(super) fn to_cli_error(e: &Error, args: &[String]) -> CliError {
             .trim_start_matches("error: ")
             .to_string(),
     };
-    let hint = match (command, e.kind()) {
-        (Some(c), k) if k != ErrorKind::InvalidSubcommand => {
-            format!("see `numaframe help {c}`")
-        }
-        _ => "try `numaframe help`".to_string(),
+    let command = command.filter(|_| e.kind() != ErrorKind::InvalidSubcommand);
+    with_hint(&message, command)
+}
+
+/// The bad-input error `message`, with where to read more: the help of `command`, or the list
+/// of commands.
+fn with_hint(message: &str, command: Option<&str>) -> CliError {
+    let hint = match command {
+        Some(c) => format!("see `numaframe help {c}`"),
+        None => "try `numaframe help`".to_string(),
     };
     CliError::BadInput(format!("{message} ({hint})"))
 }
@@ -111,6 +116,21 @@ const TOPOLOGY_SOURCES: [&str; 4] = ["--topology", "--numactl", "--sysfs", "--pr
 
 /// The command the arguments name: the first argument that is not an option, if it is one of
 /// [`Cli`]'s commands.
+/// The bad-input error for a lone `-` among `args`, which clap takes as a value (the usual
+/// name of standard input) though a separate value may not start with `-`: `` `--svg` needs a
+/// value (FILE)`` after an option that takes one, else an unexpected argument.
+pub(super) fn lone_dash(args: &[String]) -> Option<CliError> {
+    if !args.iter().any(|a| a == "-") {
+        return None;
+    }
+    let command = command_of(args);
+    let message = match value_option_before("-", args, command) {
+        Some((option, placeholder)) => format!("`{option}` needs a value ({placeholder})"),
+        None => "unexpected argument `-`".to_string(),
+    };
+    Some(with_hint(&message, command))
+}
+
 fn command_of(args: &[String]) -> Option<&str> {
     let first = args.iter().find(|a| !a.starts_with('-'))?;
     (first != "help" && Cli::command().find_subcommand(first).is_some()).then_some(first.as_str())

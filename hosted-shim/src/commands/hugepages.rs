@@ -29,7 +29,8 @@ use crate::spec::MachineSpec;
 pub struct Args {
     /// Linux's huge-page parameters: hugepagesz=, hugepages= (also per node, 0:4,1:4),
     /// default_hugepagesz=
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub cmdline: Option<String>,
     /// Threads that run the reservation jobs [default: the CPUs this process may use]
     #[arg(long, value_name = "T", value_parser = clap::value_parser!(u16).range(1..=1024))]
