@@ -1298,17 +1298,7 @@ fn adjacent_spans_holding_each_others_metadata_go_offline_together() {
     m.hot_add(&w.mem, n(2), b, hot).unwrap();
     m.hot_add(&w.mem, n(2), a, hot).unwrap();
     let before = Snap::of(&m);
-    // Every block the node has, of order 1 and then 0, and all of it freed again: the
-    // pageblocks split on the way, and their planes come from wherever the pool had room.
-    let mut held = Vec::new();
-    for order in [Order::new(1), Order::ZERO] {
-        while let Some(p) = m.alloc(n(2), order, AllocFlags::THISNODE) {
-            held.push((p, order));
-        }
-    }
-    for (p, order) in held {
-        m.free(p, order).unwrap();
-    }
+    assert!(churn_node2(&m, |_| false).is_empty());
     let node = m.node(n(2)).unwrap();
     assert_eq!(
         node.free_pages(),
@@ -1323,6 +1313,139 @@ fn adjacent_spans_holding_each_others_metadata_go_offline_together() {
     m.hot_add(&w.mem, n(2), a, hot).unwrap();
     assert_eq!(Snap::of(&m), before);
     m.check_invariants().unwrap();
+}
+
+/// Every block node 2 has, of order 1 and then 0, and all of it freed again but the frames
+/// `keep` names: the pageblocks split on the way, and their planes come from wherever the
+/// pool had room. Returns the frames kept.
+fn churn_node2(m: &Machine<'_>, keep: impl Fn(Pfn) -> bool) -> Vec<Pfn> {
+    let mut held = Vec::new();
+    for order in [Order::new(1), Order::ZERO] {
+        while let Some(p) = m.alloc(n(2), order, AllocFlags::THISNODE) {
+            held.push((p, order));
+        }
+    }
+    let mut kept = Vec::new();
+    for (p, order) in held {
+        if order == Order::ZERO && kept.is_empty() && keep(p) {
+            kept.push(p);
+        } else {
+            m.free(p, order).unwrap();
+        }
+    }
+    kept
+}
+
+/// Three adjacent spans whose seeds and slabs hold each other's planes leave in one call with
+/// no other memory in the node; the memory they left with is then overwritten (it went back
+/// to the platform), and the spans come back as they were.
+#[test]
+fn three_adjacent_spans_holding_each_others_metadata_go_offline_together() {
+    let w = World::standard();
+    let m = w.boot();
+    let hot = FallbackOptions::default();
+    let x = 5 * G4 + 100;
+    // Large enough that the pool grows into the spans' frames too.
+    let spans = [
+        range(x, x + 40_000),
+        range(x + 40_000, x + 90_000),
+        range(x + 90_000, x + 130_000),
+    ];
+    for r in spans.iter().rev() {
+        m.hot_add(&w.mem, n(2), *r, hot).unwrap();
+    }
+    // The last span leaves and comes back: it takes the first slot again, and its seed is now
+    // the newest, which serves planes first. So the span of the first slot holds planes of the
+    // later ones: removing the spans one by one in slot order (each giving its own metadata
+    // back, then leaving) would find it still in use.
+    let last = spans[2];
+    m.offline(&w.mem, last, OfflineOptions::default()).unwrap();
+    m.hot_add(&w.mem, n(2), last, hot).unwrap();
+    let before = Snap::of(&m);
+    assert!(churn_node2(&m, |_| false).is_empty());
+    m.check_invariants().unwrap();
+    let node = m.node(n(2)).unwrap();
+    let all = range(x, x + 130_000);
+    m.offline(&w.mem, all, OfflineOptions::default()).unwrap();
+    m.check_invariants().unwrap();
+    assert_eq!(node.managed_pages(), 0);
+    assert_eq!(node.free_pages(), 0);
+    // SAFETY: the range left the machine: nothing of it is the allocator's any more.
+    unsafe { w.mem.fill(all, 0xee) };
+    m.check_invariants().unwrap();
+    // SAFETY: as above.
+    unsafe { w.mem.fill(all, 0) };
+    for r in spans.iter().rev() {
+        m.hot_add(&w.mem, n(2), *r, hot).unwrap();
+    }
+    assert_eq!(Snap::of(&m), before);
+    m.check_invariants().unwrap();
+}
+
+/// Two spans of a zone leave together while a third of that zone, kept isolated by an earlier
+/// failed offline, stays: its planes lying in their memory must move out first (with no memory
+/// in service the offline is refused for want of metadata), and once a fourth span gives the
+/// pool room they do, the two leave, and the memory they left with is overwritten. The third
+/// span then works on, and leaves in its turn.
+#[test]
+fn spans_leave_together_while_a_span_kept_isolated_stays() {
+    let w = World::standard();
+    let m = w.boot();
+    let hot = FallbackOptions::default();
+    let x = 5 * G4 + 100;
+    let (a, b, c) = (
+        range(x, x + 2000),
+        range(x + 2000, x + 5000),
+        range(x + 5000, x + 7000),
+    );
+    let d = range(x + 9000, x + 12000);
+    for r in [c, b, a] {
+        m.hot_add(&w.mem, n(2), r, hot).unwrap();
+    }
+    // One frame of `c` stays handed out, so an offline of `c` keeping it isolated fails.
+    let busy = churn_node2(&m, |p| c.contains(p));
+    assert_eq!(busy.len(), 1);
+    let kept = OfflineOptions {
+        keep_isolated: true,
+        ..OfflineOptions::default()
+    };
+    assert!(matches!(
+        m.offline(&w.mem, c, kept),
+        Err(OfflineError::Busy { busy: 1, .. })
+    ));
+    m.check_invariants().unwrap();
+    let ab = range(x, x + 5000);
+    // Nowhere in service to move `c`'s metadata to: `a` and `b` stay, and usable.
+    assert!(
+        matches!(
+            m.offline(&w.mem, ab, OfflineOptions::default()),
+            Err(OfflineError::NoMetadata { .. })
+        ),
+        "some of `c`'s metadata lies in `a` or `b`"
+    );
+    m.check_invariants().unwrap();
+    m.hot_add(&w.mem, n(2), d, hot).unwrap();
+    m.offline(&w.mem, ab, OfflineOptions::default()).unwrap();
+    m.check_invariants().unwrap();
+    // SAFETY: the range left the machine: nothing of it is the allocator's any more.
+    unsafe { w.mem.fill(ab, 0xee) };
+    m.check_invariants().unwrap();
+    // `c` is still isolated: nothing is allocated from it until it is given back.
+    let node = m.node(n(2)).unwrap();
+    let held: Vec<Pfn> =
+        core::iter::from_fn(|| m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE)).collect();
+    assert!(held.iter().all(|p| d.contains(*p)));
+    m.free_bulk(&held).unwrap();
+    m.free(busy[0], Order::ZERO).unwrap();
+    m.unisolate(c).unwrap();
+    m.check_invariants().unwrap();
+    assert!(churn_node2(&m, |_| false).is_empty());
+    assert_eq!(node.free_pages(), node.managed_pages());
+    m.check_invariants().unwrap();
+    m.offline(&w.mem, c, OfflineOptions::default()).unwrap();
+    m.offline(&w.mem, d, OfflineOptions::default()).unwrap();
+    m.check_invariants().unwrap();
+    assert_eq!(node.managed_pages(), 0);
 }
 
 /// A refused offline (`Busy`) keeps what its isolation did, as Linux's failed offlining does:
