@@ -22,7 +22,10 @@
 //! A package holds the CPU nodes of one socket plus the memory-only nodes whose initiator (or,
 //! failing that, nearest CPU node) is in it. With socket awareness, candidates are first
 //! restricted to the package of the allocating CPU's node, before weights apply. Only when no
-//! node of the package can serve does the policy fall back to the whole mask.
+//! node of the package can serve (from its zones, or for a huge page from its pools) does the
+//! policy fall back to the whole mask. A bulk chooses once, at its start: if the package runs
+//! out part way, the rest of the bulk stays planned over it (and falls back along the planned
+//! nodes' zonelists, as above), where single pages would switch to the whole mask.
 #![deny(unsafe_code)]
 
 use crate::addr::{HugeSize, Order, Pfn};
@@ -134,7 +137,7 @@ impl TaskPolicy {
     /// The interleave state as reported: (node that serves the next page, pages it still has
     /// this turn), for an allocation from `cpu_node`.
     pub fn il_report(&mut self, machine: &Machine<'_>, cpu_node: NodeId) -> Option<(NodeId, u8)> {
-        let mask = self.candidates(machine, cpu_node, Order::ZERO)?;
+        let mask = self.candidates(machine, cpu_node, buddy_serves(machine, Order::ZERO))?;
         let il = self.il;
         Some(self.with_weights(machine, |w| il.normalised(&mask, w)))
     }
@@ -149,12 +152,12 @@ impl TaskPolicy {
     }
 
     /// The mask the interleave runs over: with socket awareness, the policy's nodes in the
-    /// package of `cpu_node` if any of them can serve `order`, else the whole mask.
+    /// package of `cpu_node` if any of them `serves` the request, else the whole mask.
     fn candidates(
         &mut self,
         machine: &Machine<'_>,
         cpu_node: NodeId,
-        order: Order,
+        serves: impl Fn(NodeId) -> bool,
     ) -> Option<NodeMask> {
         let mask = *self.policy.mask()?;
         if !self.socket_aware || !machine.topology().contains(cpu_node) {
@@ -170,10 +173,11 @@ impl TaskPolicy {
                 m
             }
         };
-        let serves = local
-            .iter()
-            .any(|n| machine.node(n).is_some_and(|node| node.can_serve(order)));
-        Some(if serves { local } else { mask })
+        Some(if local.iter().any(serves) {
+            local
+        } else {
+            mask
+        })
     }
 
     /// Allocates one block under the policy, on behalf of a CPU of `cpu_node`.
@@ -194,7 +198,7 @@ impl TaskPolicy {
                 .walk(&local.within(&mask))
                 .or_else(|| machine.walk(&local)),
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
-                let mask = self.candidates(machine, cpu_node, order)?;
+                let mask = self.candidates(machine, cpu_node, buddy_serves(machine, order))?;
                 let mut il = self.il;
                 let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
                 self.il = il;
@@ -225,12 +229,14 @@ impl TaskPolicy {
                 .walk_pools(&local.within(&mask), size)
                 .or_else(|| machine.walk_pools(&local, size)),
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
-                let mask = self.candidates(machine, cpu_node, size.order())?;
+                // A package node serves a huge page while its pools have one free.
+                let pools = |n| machine.huge_counts(n, size).free > 0;
+                let mask = self.candidates(machine, cpu_node, pools)?;
                 let mut il = self.il;
                 let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
                 self.il = il;
                 machine.walk_pools(
-                    &Request::new(cpu_node, node, size.order(), AllocFlags::empty()),
+                    &Request::new(cpu_node, node, size.order(), AllocFlags::empty()).interleaved(),
                     size,
                 )
             }
@@ -280,7 +286,9 @@ impl TaskPolicy {
                 }
             }
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
-                let Some(mask) = self.candidates(machine, cpu_node, Order::ZERO) else {
+                let Some(mask) =
+                    self.candidates(machine, cpu_node, buddy_serves(machine, Order::ZERO))
+                else {
                     return r;
                 };
                 let mut il = self.il;
@@ -307,6 +315,12 @@ impl TaskPolicy {
         }
         r
     }
+}
+
+/// Whether node `n` of `machine` could hand out a block of `order` from its zones above their
+/// min watermark: what makes a package node a candidate for an allocation from the buddy.
+fn buddy_serves(machine: &Machine<'_>, order: Order) -> impl Fn(NodeId) -> bool {
+    move |n| machine.node(n).is_some_and(|node| node.can_serve(order))
 }
 
 /// Automatic weights from the topology's bandwidths (docs/interleave.md): `floor(32·bw/Σbw)`, at

@@ -617,3 +617,54 @@ fn policy_errors() {
     let mut local = TaskPolicy::new(&m, Policy::Local, false).unwrap();
     assert_eq!(local.il_report(&m, n(0)), None);
 }
+
+/// Socket awareness for huge pages asks whether the package's pools have a free page, not
+/// whether its buddy could still supply a block: after a boot-time reservation the buddy of
+/// every node is short of 2 MiB blocks, and huge pages used to leave the package for remote
+/// pools. Weights 3,3,1,1 restricted to CPU node 0's package {0, 2} give 3:1.
+#[test]
+fn socket_aware_huge_pages_stay_in_the_package_while_its_pools_have_pages() {
+    use numaframe::HugeSize;
+    let spec = small_cxl();
+    let sim = Sim::new(&spec).unwrap();
+    let m = boot(&sim);
+    m.set_weights(Weights::new(&[3, 3, 1, 1]).unwrap());
+    // Every node moves what it can into its 2 MiB pool, as a boot-time reservation does.
+    for i in 0..4 {
+        assert!(m.reserve_huge(n(i), HugeSize::Size2M, u64::MAX) >= 8);
+    }
+    let mut task =
+        TaskPolicy::new(&m, Policy::WeightedInterleave(mask(&[0, 1, 2, 3])), true).unwrap();
+    let nodes: Vec<usize> = (0..8)
+        .map(|_| {
+            let p = task.alloc_huge(&m, n(0), HugeSize::Size2M).unwrap();
+            m.node_of(p).unwrap().index()
+        })
+        .collect();
+    assert_eq!(nodes, [0, 0, 0, 2, 0, 0, 0, 2]);
+}
+
+/// A huge page of an interleave policy that lands on the node the interleave chose counts as
+/// `interleave_hit` there, as a small page does.
+#[test]
+fn interleaved_huge_pages_count_interleave_hits() {
+    use numaframe::HugeSize;
+    let spec = flat(2, 64);
+    let sim = Sim::new(&spec).unwrap();
+    let m = boot(&sim);
+    for i in 0..2 {
+        assert_eq!(m.reserve_huge(n(i), HugeSize::Size2M, 4), 4);
+    }
+    let mut task = TaskPolicy::new(&m, Policy::Interleave(mask(&[0, 1])), false).unwrap();
+    let before = stats(&m, 2);
+    let got: Vec<Pfn> = (0..4)
+        .map(|_| task.alloc_huge(&m, n(0), HugeSize::Size2M).unwrap())
+        .collect();
+    assert_eq!(per_node(&m, &got, 2), [2, 2]);
+    let after = stats(&m, 2);
+    let d = |f: fn(&NumaStat) -> u64| -> Vec<u64> {
+        (0..2).map(|i| f(&after[i]) - f(&before[i])).collect()
+    };
+    assert_eq!(d(|s| s.numa_hit), [2, 2]);
+    assert_eq!(d(|s| s.interleave_hit), [2, 2]);
+}

@@ -100,8 +100,8 @@
 //! # Assumptions
 //!
 //! Reservation is a boot-time step: the pools start empty (as [`Machine::boot`] leaves them) and
-//! nothing else grows or shrinks them until the plan is done. Pages already in a pool count as
-//! reserved by the plan.
+//! nothing else grows or shrinks them until the plan is done. A plan run on pools that already
+//! hold pages reserves its counts on top of them.
 //!
 //! [`Machine::reserve_huge`]: crate::machine::Machine::reserve_huge
 //! [`Machine::alloc_huge`]: crate::machine::Machine::alloc_huge
