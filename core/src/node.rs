@@ -723,6 +723,11 @@ impl Zone {
         self.lock().area.set_install(hook);
     }
 
+    /// Whether the host gives reported memory back zeroed (see `Machine::with_zeroing_host`).
+    pub(crate) fn set_reports_zeroed(&self, zeroed: bool) {
+        self.lock().area.set_reports_zeroed(zeroed);
+    }
+
     /// Free blocks per order (a `/proc/buddyinfo` row). Below 2 MiB the free frames of each
     /// split pageblock count as the maximal aligned blocks they form.
     pub fn buddyinfo(&self) -> [u64; NR_ORDERS] {

@@ -1,7 +1,7 @@
 //! Free-page reporting on Linux: the blocks a simulated machine reports go back to the kernel
 //! with `madvise(MADV_DONTNEED)` ([`SimMemory::discard`]), so the process's resident memory
-//! falls, and they read as zero when next touched, which is why the core counts reported memory
-//! clean.
+//! falls, and they read as zero when next touched: a machine that reports through it says so
+//! with [`Machine::with_zeroing_host`], and the core counts its reported memory clean.
 #![deny(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};

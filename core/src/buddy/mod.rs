@@ -137,6 +137,8 @@ pub(crate) struct FreeArea {
     reported_pages: u64,
     /// What runs before reported memory is used again, if the platform gave a hook.
     install: Option<report::Install>,
+    /// The host gives reported memory back zeroed, so a reported block counts clean.
+    reports_zeroed: bool,
     /// The unit a scrub holds, if any, and the section its next search starts from.
     scrub: Option<scrub::Scrubbing>,
     scrub_cursor: u32,
@@ -220,6 +222,7 @@ impl FreeArea {
             dirty_pages: 0,
             reported_pages: 0,
             install: None,
+            reports_zeroed: false,
             scrub: None,
             scrub_cursor: 0,
             pools: [HugePool {

@@ -4,7 +4,8 @@
 //!
 //! The mark is [`flag::REPORTED`], on every pageblock of a free block (on the section for a
 //! whole free section): a free block is reported as a whole or not at all. The rules:
-//! - a reported block is clean: the host gives reported memory back zeroed;
+//! - a reported block is clean if the platform said the host gives reported memory back
+//!   zeroed ([`FreeArea::set_reports_zeroed`]); otherwise it keeps the dirty state it had;
 //! - a reported block that leaves the free memory (taken by an allocation, split to serve
 //!   frames below 2 MiB, moved into a huge-page pool) loses the mark and goes through the
 //!   platform's install hook, under the zone's lock;
@@ -42,6 +43,11 @@ impl FreeArea {
     /// Sets the hook that runs before reported memory is used again.
     pub(crate) fn set_install(&mut self, hook: Option<&'static dyn InstallHook>) {
         self.install = hook.map(Install);
+    }
+
+    /// Whether the host gives reported memory back zeroed: then a reported block counts clean.
+    pub(crate) fn set_reports_zeroed(&mut self, zeroed: bool) {
+        self.reports_zeroed = zeroed;
     }
 
     /// Free frames in blocks marked reported.
@@ -228,8 +234,9 @@ impl FreeArea {
         PhysRange::new(base, Pfn::new(base.get() + (1 << order))).unwrap_or_default()
     }
 
-    /// Puts back blocks [`FreeArea::report_take`] took: marked reported and clean if the host
-    /// took them (`reported`), as they were otherwise, and merged with their free buddies.
+    /// Puts back blocks [`FreeArea::report_take`] took: marked reported if the host took them
+    /// (`reported`), and then clean too if the host gives reported memory back zeroed; as they
+    /// were otherwise. Merged with their free buddies.
     pub(crate) fn report_put(&mut self, blocks: &[PhysRange], reported: bool) {
         for range in blocks {
             let frames = range.frames();
@@ -246,23 +253,32 @@ impl FreeArea {
                 continue;
             };
             if reported {
+                // Without the host's zeroing the block keeps its dirty state.
+                let keep = if self.reports_zeroed {
+                    !flag::DIRTY
+                } else {
+                    !0
+                };
                 match b {
                     Big::Section(s) => {
                         self.meta.update_section(s, |x| {
-                            x.flags = (x.flags & !flag::DIRTY) | flag::REPORTED;
-                            x.first_dirty = 0;
+                            x.flags = (x.flags & keep) | flag::REPORTED;
+                            if self.reports_zeroed {
+                                x.first_dirty = 0;
+                            }
                         });
                     }
                     Big::Pb(r) => {
                         for i in 0..1u32 << (order - PB_SHIFT as u8) {
                             self.meta.update_pb(Self::pb_plus(r, i), |h| {
-                                h.flags = (h.flags & !flag::DIRTY) | flag::REPORTED;
+                                h.flags = (h.flags & keep) | flag::REPORTED;
                             });
                         }
                     }
                 }
                 self.reported_pages += frames;
-            } else {
+            }
+            if !(reported && self.reports_zeroed) {
                 self.dirty_pages += self.block_dirty(b, order);
             }
             self.free_pages += frames;
@@ -274,7 +290,8 @@ impl FreeArea {
     }
 
     /// The free frames in blocks marked reported, counted from the marks; a mark on memory that
-    /// is not free, on a dirty block, or on part of a free block only is an error.
+    /// is not free, on part of a free block only, or on a dirty block when the host gives
+    /// reported memory back zeroed is an error.
     pub(super) fn marked_reported(&self, node: NodeId) -> Result<u64, InvariantError> {
         let mut marked = 0u64;
         for (slot, span) in self.meta.spans() {
@@ -286,7 +303,7 @@ impl FreeArea {
                 match x.state {
                     SectionState::Split => {}
                     _ if x.flags & flag::REPORTED == 0 => continue,
-                    SectionState::Free if x.flags & flag::DIRTY == 0 => {
+                    SectionState::Free if x.flags & flag::DIRTY == 0 || !self.reports_zeroed => {
                         marked += 1 << MAX_ORDER;
                         continue;
                     }
@@ -307,7 +324,7 @@ impl FreeArea {
                     let reported = h.flags & flag::REPORTED != 0;
                     match h.state {
                         PbState::Free { order } => {
-                            if reported && h.flags & flag::DIRTY != 0 {
+                            if reported && h.flags & flag::DIRTY != 0 && self.reports_zeroed {
                                 return Err(bad);
                             }
                             // The block's other pageblocks carry the head's mark.
@@ -317,7 +334,7 @@ impl FreeArea {
                                     .pb(Self::pb_plus(r, i))
                                     .ok_or(InvariantError::Counter { node })?;
                                 if (t.flags & flag::REPORTED != 0) != reported
-                                    || reported && t.flags & flag::DIRTY != 0
+                                    || reported && t.flags & flag::DIRTY != 0 && self.reports_zeroed
                                 {
                                     return Err(bad);
                                 }

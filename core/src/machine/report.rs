@@ -28,6 +28,22 @@ pub struct Reported {
 }
 
 impl<'a> Machine<'a> {
+    /// The machine, trusting the host to give memory reported through [`Machine::report`] back
+    /// zeroed: a reported block then counts clean, so a zeroed allocation does not clear it
+    /// again. Only for a host that promises it: Linux's `MADV_DONTNEED` on private anonymous
+    /// memory does; virtio-balloon's free page reporting does not (the device may keep a
+    /// page's contents and still take the report). Without it a reported block keeps the dirty
+    /// state it had, and a zeroed allocation clears it.
+    #[must_use]
+    pub fn with_zeroing_host(self) -> Self {
+        for n in self.nodes {
+            for kind in ZoneKind::ALL {
+                n.zone(kind).set_reports_zeroed(true);
+            }
+        }
+        self
+    }
+
     /// The machine, running `hook` before memory taken back through [`Machine::report`] is
     /// used again (see [`InstallHook`] for exactly when). Without one, reported memory is
     /// handed out as it is, which suits a host that fills it again on first touch (Linux's
@@ -54,8 +70,9 @@ impl<'a> Machine<'a> {
     /// a merged block is reported only if both halves were, so a block freed next to reported
     /// memory is reported again as a whole with it.
     ///
-    /// A reported block is clean: the host gives its memory back zeroed, so a zeroed
-    /// allocation does not clear it again. Allocating from it clears the mark and runs the
+    /// A reported block is clean if the host gives its memory back zeroed
+    /// ([`Machine::with_zeroing_host`]), and keeps its dirty state otherwise. Allocating from it
+    /// clears the mark and runs the
     /// install hook ([`Machine::with_install`]); the parts of a reported block that stay free
     /// when a smaller block is cut from it stay reported. A batch `f` refuses comes back as it
     /// was, unreported, and the call stops there. Each zone of the node is walked once, Normal

@@ -102,6 +102,12 @@ fn one(frames: u64, host: Host, runs: usize) -> io::Result<Speed> {
     for _ in 0..runs {
         let node = OneNode::new(frames)?;
         let m = node.boot()?;
+        // Only the reporter's `madvise(MADV_DONTNEED)` zeroes what it reports.
+        let m = if host == Host::Noop {
+            m
+        } else {
+            m.with_zeroing_host()
+        };
         if host == Host::Resident {
             // The guests write all of the node's memory before the churn.
             let all: Vec<Pfn> =
@@ -226,7 +232,8 @@ fn with_reporter<R>(
 /// If a machine cannot be built, or a frame cannot be allocated or freed.
 pub fn hot_paths(frames: u64, samples: usize, each: Duration) -> io::Result<HotPaths> {
     let node = OneNode::new(frames)?;
-    let m = node.boot()?;
+    // The reporter's `madvise(MADV_DONTNEED)` zeroes what it reports.
+    let m = node.boot()?.with_zeroing_host();
     let cpu = m.cpu(0).ok_or_else(|| io::Error::other("no CPU 0"))?;
     let pair = || {
         sample(each, || {

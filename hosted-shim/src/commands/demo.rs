@@ -139,7 +139,9 @@ pub fn run_with(
             cpus: &cpus,
             ..BootOptions::default()
         })
-        .map_err(|e| internal(format!("boot: {e}")))?;
+        .map_err(|e| internal(format!("boot: {e}")))?
+        // Its reports go back to Linux through `madvise(MADV_DONTNEED)`, which zeroes.
+        .with_zeroing_host();
     let boot_ms = t0.elapsed().as_secs_f64() * 1e3;
     let total_bytes = spec.total_memory_bytes();
     let managed: u64 = machine.nodes().iter().map(|n| n.managed_pages()).sum();
