@@ -25,6 +25,8 @@
 //! zone locks only through atomics (the state arrays of pageblocks lent to CPUs, see `percpu`).
 #![allow(clippy::disallowed_types)]
 
+use core::marker::PhantomData;
+
 pub(crate) use core::sync::atomic::Ordering;
 
 macro_rules! atomic_newtype {
@@ -276,7 +278,10 @@ impl<T> Mutex<T> {
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         self.acquire();
-        MutexGuard { lock: self }
+        MutexGuard {
+            lock: self,
+            _value: PhantomData,
+        }
     }
 
     /// Takes the lock if it is free, without spinning.
@@ -286,14 +291,20 @@ impl<T> Mutex<T> {
         self.locked
             .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| MutexGuard { lock: self })
+            .map(|_| MutexGuard {
+                lock: self,
+                _value: PhantomData,
+            })
     }
 }
 
-/// The guard of a [`Mutex`].
+/// The guard of a [`Mutex`]. It hands out `&T` and `&mut T`, so it is `Sync` only when `T`
+/// is, as `std`'s guard (the marker; `&Mutex<T>` alone would make it `Sync` for any `T: Send`).
+/// It may move to another thread with the lock (`T: Send`): a spinlock has no owning thread.
 #[derive(Debug)]
 pub(crate) struct MutexGuard<'a, T> {
     lock: &'a Mutex<T>,
+    _value: PhantomData<&'a mut T>,
 }
 
 impl<T> core::ops::Deref for MutexGuard<'_, T> {
@@ -613,4 +624,25 @@ impl SeqCount {
         self.0.store(s + 2, Ordering::Release);
         r
     }
+}
+
+/// A guard of a value that is not `Sync` (a `Cell`) is not `Sync` either: shared between
+/// threads, its `&T` would let both write the cell unsynchronised. Checked at compile time:
+/// `some_item` below names one item only if the guard lacks `Sync`; with it, the two impls
+/// make the path ambiguous and the crate's tests do not build.
+#[cfg(test)]
+mod guard_is_sync_only_for_sync_values {
+    use core::cell::Cell;
+
+    use super::MutexGuard;
+
+    trait AmbiguousIfSync<A> {
+        fn some_item() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSync<()> for T {}
+    impl<T: ?Sized + Sync> AmbiguousIfSync<u8> for T {}
+
+    const _: fn() = || {
+        let _ = <MutexGuard<'static, Cell<u32>> as AmbiguousIfSync<_>>::some_item;
+    };
 }
