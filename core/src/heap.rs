@@ -267,8 +267,9 @@ impl Chunks {
             && let Some(c) = self.chunks[i].as_mut()
         {
             // SAFETY: the block's `bytes` bytes are mapped right after the chunk's top
-            // (`c.heap.top() == p`), writable and ours alone (FrameMap's contract, and the
-            // machine handed the block to this heap), and stay so while the map is borrowed,
+            // (`c.heap.top() == p`), writable and ours alone (FrameMap's contract; the machine
+            // handed the block to this heap, and nothing else frees it, the contract of
+            // `NodeHeap::new` and `NumaHeap::init`), and stay so while the map is borrowed,
             // which the owner ([`NodeHeap`], [`NumaHeap`]) does for longer than it exists.
             unsafe { c.heap.extend(bytes) };
             c.blocks += 1;
@@ -279,7 +280,8 @@ impl Chunks {
         }
         let mut heap = Heap::empty();
         // SAFETY: `p` is valid for writes of `bytes` bytes, page aligned, not used by anything
-        // else (FrameMap's contract; the machine handed the block to this heap alone), and
+        // else (FrameMap's contract; the machine handed the block to this heap alone, and
+        // nothing else frees it: the contract of `NodeHeap::new` and `NumaHeap::init`), and
         // stays valid as long as the chunk exists: the owner borrows the map for longer, and
         // the block is freed only when the chunk is dropped.
         unsafe { heap.init(p.as_ptr(), bytes) };
@@ -374,7 +376,13 @@ impl fmt::Debug for NodeHeap<'_, '_> {
 
 impl<'m, 'a> NodeHeap<'m, 'a> {
     /// An empty heap over `node` of `machine`: it takes no memory until the first allocation.
-    pub fn new(machine: &'m Machine<'a>, map: &'m dyn FrameMap, node: NodeId) -> Self {
+    ///
+    /// # Safety
+    /// While the heap lives, nothing else frees a block the heap took from `machine` (through
+    /// [`Machine::free`] or any other call): the machine cannot tell the heap's blocks from
+    /// anyone's, so it would accept such a free and hand the memory out again, to this heap too,
+    /// while its allocations live there.
+    pub unsafe fn new(machine: &'m Machine<'a>, map: &'m dyn FrameMap, node: NodeId) -> Self {
         Self {
             machine,
             map,
@@ -458,7 +466,8 @@ struct Ctx<'m, 'a> {
 /// }
 ///
 /// fn start_heap(machine: &'static Machine<'static>) {
-///     HEAP.init(machine, &FRAMES, current_node, DEFAULT_GROW_ORDER)
+///     // SAFETY: nothing else frees the frames the heap takes from `machine`.
+///     unsafe { HEAP.init(machine, &FRAMES, current_node, DEFAULT_GROW_ORDER) }
 ///         .expect("called once, on a machine of at most 8 nodes");
 ///     // From here on `alloc` (Vec, Box, String) takes memory from the CPU's node.
 /// }
@@ -511,7 +520,11 @@ impl<'m, 'a, const N: usize> NumaHeap<'m, 'a, N> {
     /// # Errors
     /// [`HeapError::AlreadyInitialised`] on a second call, [`HeapError::TooManyNodes`] if the
     /// machine has more than `N` nodes.
-    pub fn init(
+    ///
+    /// # Safety
+    /// From then on, nothing else frees a block the heap took from `machine` (through
+    /// [`Machine::free`] or any other call): as for [`NodeHeap::new`].
+    pub unsafe fn init(
         &self,
         machine: &'m Machine<'a>,
         map: &'m (dyn FrameMap + Sync),
@@ -666,7 +679,8 @@ mod tests {
         let mem = SparseMem::default();
         let m = spec.boot(&mem);
         let frames = VecFrames::new(0, 4096);
-        let mut h = NodeHeap::new(&m, &frames, node(1));
+        // SAFETY: nothing else frees the heap's blocks.
+        let mut h = unsafe { NodeHeap::new(&m, &frames, node(1)) };
         let before = m.node(node(1)).unwrap().free_pages();
         let before0 = m.node(node(0)).unwrap().free_pages();
         let small = Layout::from_size_align(100, 8).unwrap();
@@ -734,7 +748,8 @@ mod tests {
         let mem = SparseMem::default();
         let m = spec.boot(&mem);
         let frames = VecFrames::new(0, 1024);
-        let mut h = NodeHeap::new(&m, &frames, node(0));
+        // SAFETY: nothing else frees the heap's blocks.
+        let mut h = unsafe { NodeHeap::new(&m, &frames, node(0)) };
         let page = Layout::from_size_align(4096, 4096).unwrap();
         let mut n = 0;
         while h.alloc(page, Order::ZERO).is_some() {
@@ -772,9 +787,11 @@ mod tests {
         let layout = Layout::from_size_align(64, 8).unwrap();
         // SAFETY: a non-zero layout; null is checked.
         assert!(unsafe { heap.alloc(layout) }.is_null(), "not initialised");
-        heap.init(&m, &frames, current, DEFAULT_GROW_ORDER).unwrap();
+        // SAFETY: nothing else frees the heap's blocks.
+        unsafe { heap.init(&m, &frames, current, DEFAULT_GROW_ORDER) }.unwrap();
         assert_eq!(
-            heap.init(&m, &frames, current, DEFAULT_GROW_ORDER),
+            // SAFETY: as above.
+            unsafe { heap.init(&m, &frames, current, DEFAULT_GROW_ORDER) },
             Err(HeapError::AlreadyInitialised)
         );
         let mut live = Vec::new();
@@ -810,7 +827,8 @@ mod tests {
         m.check_invariants().unwrap();
         let too_many: NumaHeap<'_, '_, 2> = NumaHeap::new();
         assert_eq!(
-            too_many.init(&m, &frames, current, DEFAULT_GROW_ORDER),
+            // SAFETY: as above.
+            unsafe { too_many.init(&m, &frames, current, DEFAULT_GROW_ORDER) },
             Err(HeapError::TooManyNodes {
                 nodes: 3,
                 capacity: 2

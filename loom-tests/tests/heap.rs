@@ -121,7 +121,8 @@ fn numa_heap_growth_races_frees() {
     model_up_to(2, || {
         let m = machine();
         let heap: Arc<NumaHeap<'static, 'static, 1>> = Arc::new(NumaHeap::new());
-        heap.init(m, Frames::get(&BUFFER), current_node, Order::ZERO)
+        // SAFETY: nothing else frees the heap's blocks.
+        unsafe { heap.init(m, Frames::get(&BUFFER), current_node, Order::ZERO) }
             .expect("first init");
         let run = |heap: Arc<NumaHeap<'static, 'static, 1>>, blocks: &'static [Block]| {
             move || {
@@ -184,7 +185,8 @@ fn node_heaps_of_one_node_race_through_the_machine() {
         let frames = Frames::get(&BUFFER);
         let run = move |tags: [u8; 2]| {
             move || {
-                let mut h = NodeHeap::new(m, frames, N0);
+                // SAFETY: nothing frees either heap's blocks but that heap.
+                let mut h = unsafe { NodeHeap::new(m, frames, N0) };
                 let blocks = [
                     Block {
                         tag: tags[0],

@@ -144,7 +144,9 @@ pub fn run(
     nodes[..cpus.len()].copy_from_slice(cpus);
     CPU_NODES.call_once(|| nodes);
     let cpu_node = cpus.get(boot_cpu).copied().unwrap_or_default();
-    if let Err(e) = HEAP.init(machine, &FRAMES, current_node, DEFAULT_GROW_ORDER) {
+    // SAFETY: the kernel frees through the machine only blocks it allocated itself; the heap's
+    // blocks go back through the heap alone.
+    if let Err(e) = unsafe { HEAP.init(machine, &FRAMES, current_node, DEFAULT_GROW_ORDER) } {
         fail!("heap: {e}")
     }
     let huge = match boot::reserve_hugepages(machine, bootargs, out) {
