@@ -45,7 +45,10 @@ pub enum Policy {
     /// The local zonelist restricted to the mask, then the whole local zonelist
     /// (`MPOL_PREFERRED_MANY`).
     PreferredMany(NodeMask),
-    /// The local zonelist restricted to the mask, never outside it (`MPOL_BIND`).
+    /// The local zonelist restricted to the mask, never outside it (`MPOL_BIND`) but in the
+    /// pass without watermarks of a request with [`AllocFlags::RESERVE`], which walks the whole
+    /// zonelist, as Linux's slow path drops the nodemask once an allocation may use the
+    /// reserves.
     Bind(NodeMask),
     /// One page per node in turn (`MPOL_INTERLEAVE`).
     Interleave(NodeMask),

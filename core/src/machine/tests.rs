@@ -637,3 +637,54 @@ fn each_nodes_tables_sit_at_a_page_offset_of_their_own() {
     offsets.dedup();
     assert_eq!(offsets.len(), 32);
 }
+
+/// Linux's `__alloc_pages_slowpath`, transcribed as the oracle: once an allocation may ignore
+/// the watermarks (ALLOC_NO_WATERMARKS), "Reset the nodemask and zonelist iterators if memory
+/// policies can be ignored": the pass without watermarks walks the whole local zonelist, outside
+/// an `MPOL_BIND` mask. Without RESERVE the mask holds, and an empty bound node fails.
+#[test]
+fn reserve_under_bind_leaves_the_mask_as_linux_does() {
+    let spec = Spec::uniform(2, 4096, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut held = Vec::new();
+    while let Some(p) = m.alloc(
+        n(1),
+        Order::ZERO,
+        AllocFlags::THISNODE | AllocFlags::RESERVE,
+    ) {
+        held.push(p);
+    }
+    assert_eq!(m.node(n(1)).unwrap().free_pages(), 0);
+    assert!(m.node(n(0)).unwrap().free_pages() > 0);
+    let mut bind1 = crate::policy::TaskPolicy::new(
+        &m,
+        crate::policy::Policy::Bind(NodeMask::single(n(1))),
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        bind1.alloc(&m, n(1), Order::ZERO, AllocFlags::empty()),
+        None
+    );
+    let mut out = [Pfn::new(0); 4];
+    assert_eq!(
+        bind1
+            .alloc_bulk(&m, n(1), AllocFlags::empty(), &mut out)
+            .placed,
+        0
+    );
+    let p = bind1
+        .alloc(&m, n(1), Order::ZERO, AllocFlags::RESERVE)
+        .expect("the reserve pass ignores the mask");
+    assert_eq!(m.node_of(p), Some(n(0)));
+    held.push(p);
+    let got = bind1
+        .alloc_bulk(&m, n(1), AllocFlags::RESERVE, &mut out)
+        .placed;
+    assert_eq!(got, out.len());
+    assert!(out.iter().all(|q| m.node_of(*q) == Some(n(0))));
+    held.extend_from_slice(&out);
+    m.free_bulk(&held).unwrap();
+    m.check_invariants().unwrap();
+}

@@ -102,6 +102,13 @@ pub(crate) fn marks(flags: AllocFlags) -> &'static [Mark] {
     }
 }
 
+/// `true` if a pass keeping `mark` may use `node` for `req`: a node of its filter, or any node
+/// in the pass without watermarks, as Linux's slow path drops the policy's nodemask once an
+/// allocation may use the reserves ("memory policies can be ignored").
+fn allowed(req: &Request<'_>, mark: Mark, node: NodeId) -> bool {
+    mark.level == Level::Reserve || req.allows(node)
+}
+
 /// `true` for a walk the preferred node's hints serve: a filter, THISNODE or DMA32 changes the
 /// list.
 fn plain(req: &Request<'_>) -> bool {
@@ -345,7 +352,7 @@ impl<'a> Machine<'a> {
                 let Some(node) = list.get(i) else {
                     continue;
                 };
-                if !req.allows(node) {
+                if !allowed(req, mark, node) {
                     continue;
                 }
                 visited.insert(node);
@@ -434,7 +441,7 @@ impl<'a> Machine<'a> {
         let mut done = 0;
         for &mark in marks(req.flags) {
             for node in (0..list.len()).filter_map(|i| list.get(i)) {
-                if !req.allows(node) {
+                if !allowed(req, mark, node) {
                     continue;
                 }
                 visited.insert(node);
