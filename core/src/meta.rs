@@ -1988,6 +1988,47 @@ impl ZoneMeta {
             .map(|c| c.with_mut(|p| f(unsafe { &mut (*p).header })))
     }
 
+    /// Changes the headers of the `n` pageblocks from `r` on through `f`, with one lookup of
+    /// their section's array: a block's pageblocks, which lie in one section. `false`, changing
+    /// nothing, if they do not (or the section is not split).
+    pub(crate) fn update_pbs(
+        &mut self,
+        r: PbRef,
+        n: u32,
+        mut f: impl FnMut(&mut PbHeader),
+    ) -> bool {
+        let Some(span) = self.span(r.span) else {
+            return false;
+        };
+        if r.index >= span.pageblocks() {
+            return false;
+        }
+        let (s, i) = span.locate_pb(r.index);
+        if i + n as usize > span.section_pbs(s).len() {
+            return false;
+        }
+        let Some(cell) = self.section_cell(SecRef {
+            span: r.span,
+            index: s,
+        }) else {
+            return false;
+        };
+        // SAFETY: as in `section_cell_copy`.
+        let Some(ptr) = cell.with(|p| unsafe { (*p).array }) else {
+            return false;
+        };
+        for j in 0..n as usize {
+            // SAFETY: `i + j` is below the section's pageblocks (checked above), so the cell
+            // lies in the section's array (as in `pb_cell`); `&mut self` makes this the only
+            // access to it while `f` runs (as in `update_section`).
+            unsafe { ptr.add(i + j).as_ref() }.with_mut(|p| {
+                // SAFETY: as above.
+                f(unsafe { &mut (*p).header });
+            });
+        }
+        true
+    }
+
     /// Runs `f` on the header of pageblock `r` and its allocation and extra planes (those it
     /// has), found with one lookup; `None` if its section is not split.
     #[inline]

@@ -610,21 +610,15 @@ impl FreeArea {
             return Ok(());
         };
         self.managed_pages += range.frames();
-        for s in 0..span.sections() {
-            let sec = SecRef {
-                span: slot,
-                index: s,
-            };
-            if section_is_whole(range, u64::from(s)) {
-                self.meta.update_section(sec, |x| {
-                    x.flags = flags;
-                    x.first_dirty = 0;
-                });
-                self.push_big(Big::Section(sec), MAX_ORDER);
-                self.free_pages += Order::MAX.frames();
-                if !zeroed {
-                    self.dirty_pages += Order::MAX.frames();
-                }
+        let whole = |s: u32| section_is_whole(range, u64::from(s));
+        let mut s = 0;
+        while s < span.sections() {
+            if whole(s) {
+                let end = (s + 1..span.sections())
+                    .find(|&e| !whole(e))
+                    .unwrap_or(span.sections());
+                self.add_whole_sections(slot, s..end, flags);
+                s = end;
                 continue;
             }
             let mut pbs = span.section_pbs(s).peekable();
@@ -646,8 +640,60 @@ impl FreeArea {
                 }
                 self.add_whole_pbs(slot, &span, pb..end, flags);
             }
+            s += 1;
         }
         Ok(())
+    }
+
+    /// Frees the whole sections `secs` of the span in `slot`, with `flags`, as 1 GiB blocks:
+    /// the list ends as pushing each in turn would leave it (the last at the front), with
+    /// each section written once.
+    fn add_whole_sections(&mut self, slot: u8, secs: Range<u32>, flags: u8) {
+        let sec = |index| SecRef { span: slot, index };
+        let n = u64::from(secs.end - secs.start);
+        if n == 0 {
+            return;
+        }
+        self.free_pages += n * Order::MAX.frames();
+        if flags & flag::DIRTY != 0 {
+            self.dirty_pages += n * Order::MAX.frames();
+        }
+        if self.isolated(slot) {
+            for s in secs {
+                self.meta.update_section(sec(s), |x| {
+                    x.flags = flags;
+                    x.first_dirty = 0;
+                });
+                self.push_big(Big::Section(sec(s)), MAX_ORDER);
+            }
+            return;
+        }
+        let old = self.whole;
+        for s in secs.clone() {
+            let next = if s == secs.start {
+                old
+            } else {
+                sec(s - 1).pack()
+            };
+            let prev = if s + 1 == secs.end {
+                NIL
+            } else {
+                sec(s + 1).pack()
+            };
+            self.meta.update_section(sec(s), |x| {
+                x.flags = flags;
+                x.first_dirty = 0;
+                x.state = SectionState::Free;
+                x.next = next;
+                x.prev = prev;
+            });
+        }
+        if let Some(h) = SecRef::unpack(old) {
+            self.meta
+                .update_section(h, |x| x.prev = sec(secs.start).pack());
+        }
+        self.whole = sec(secs.end - 1).pack();
+        self.counts[Self::list(MAX_ORDER)] += n;
     }
 
     /// Frees the whole pageblocks `pbs` of the span in `slot` (within one section), with
@@ -667,10 +713,7 @@ impl FreeArea {
                 span: slot,
                 index: pb,
             };
-            for i in 0..1u32 << k {
-                self.meta
-                    .update_pb(Self::pb_plus(r, i), |h| h.flags = flags);
-            }
+            self.meta.update_pbs(r, 1 << k, |h| h.flags = flags);
             let frames = 1u64 << (k + PB_SHIFT);
             self.free_pages += frames;
             if flags & flag::DIRTY != 0 {
@@ -911,13 +954,15 @@ impl FreeArea {
                     })
                     .flatten()
                     .unwrap_or(NIL);
-                for i in 1..1u32 << (order - PB_SHIFT as u8) {
-                    self.meta.update_pb(Self::pb_plus(r, i), |h| {
+                self.meta.update_pbs(
+                    Self::pb_plus(r, 1),
+                    (1 << (order - PB_SHIFT as u8)) - 1,
+                    |h| {
                         h.state = PbState::FreeTail;
                         h.next = NIL;
                         h.prev = NIL;
-                    });
-                }
+                    },
+                );
                 self.meta.update_pb(r, |h| {
                     h.state = PbState::Free { order };
                     h.next = head;
@@ -1146,15 +1191,10 @@ impl FreeArea {
                     .update_section(s, |x| x.state = SectionState::Allocated(what));
             }
             Big::Pb(r) => {
-                for i in 0..1u32 << (order - PB_SHIFT as u8) {
-                    self.meta.update_pb(Self::pb_plus(r, i), |h| {
-                        h.state = if i == 0 {
-                            PbState::Allocated { order, what }
-                        } else {
-                            PbState::AllocatedTail
-                        };
-                    });
-                }
+                let mut state = PbState::Allocated { order, what };
+                self.meta.update_pbs(r, 1 << (order - PB_SHIFT as u8), |h| {
+                    h.state = core::mem::replace(&mut state, PbState::AllocatedTail);
+                });
             }
         }
     }

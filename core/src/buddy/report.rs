@@ -74,10 +74,9 @@ impl FreeArea {
                 self.meta.update_section(s, |x| x.flags &= !flag::REPORTED);
             }
             Big::Pb(r) => {
-                for i in 0..1u32 << (order - PB_SHIFT as u8) {
-                    self.meta
-                        .update_pb(Self::pb_plus(r, i), |h| h.flags &= !flag::REPORTED);
-                }
+                self.meta.update_pbs(r, 1 << (order - PB_SHIFT as u8), |h| {
+                    h.flags &= !flag::REPORTED;
+                });
             }
         }
         self.reported_pages -= 1 << order;
@@ -216,18 +215,13 @@ impl FreeArea {
                     .update_section(s, |x| x.state = SectionState::Allocated(Use::Scrub));
             }
             Big::Pb(r) => {
-                for i in 0..1u32 << (order - PB_SHIFT as u8) {
-                    self.meta.update_pb(Self::pb_plus(r, i), |h| {
-                        h.state = if i == 0 {
-                            PbState::Allocated {
-                                order,
-                                what: Use::Scrub,
-                            }
-                        } else {
-                            PbState::AllocatedTail
-                        };
-                    });
-                }
+                let mut state = PbState::Allocated {
+                    order,
+                    what: Use::Scrub,
+                };
+                self.meta.update_pbs(r, 1 << (order - PB_SHIFT as u8), |h| {
+                    h.state = core::mem::replace(&mut state, PbState::AllocatedTail);
+                });
             }
         }
         let base = self.base(b);
@@ -269,11 +263,9 @@ impl FreeArea {
                         });
                     }
                     Big::Pb(r) => {
-                        for i in 0..1u32 << (order - PB_SHIFT as u8) {
-                            self.meta.update_pb(Self::pb_plus(r, i), |h| {
-                                h.flags = (h.flags & keep) | flag::REPORTED;
-                            });
-                        }
+                        self.meta.update_pbs(r, 1 << (order - PB_SHIFT as u8), |h| {
+                            h.flags = (h.flags & keep) | flag::REPORTED;
+                        });
                     }
                 }
                 self.reported_pages += frames;

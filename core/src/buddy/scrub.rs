@@ -289,12 +289,13 @@ impl FreeArea {
                 b: Big::Pb(r),
                 order,
             } => {
-                for i in 0..1u32 << (order - PB_SHIFT as u8) {
-                    if done.get(i as usize) {
-                        self.meta
-                            .update_pb(Self::pb_plus(r, i), |h| h.flags &= !flag::DIRTY);
+                let mut i = 0;
+                self.meta.update_pbs(r, 1 << (order - PB_SHIFT as u8), |h| {
+                    if done.get(i) {
+                        h.flags &= !flag::DIRTY;
                     }
-                }
+                    i += 1;
+                });
                 self.dirty_pages += self.block_dirty(Big::Pb(r), order);
                 self.merge_big(r, order);
             }

@@ -734,3 +734,22 @@ fn a_boots_free_pageblocks_of_edge_sections_are_the_fewest_aligned_blocks() {
     let got = m.node(n(0)).unwrap().zone(ZoneKind::Normal).buddyinfo();
     assert_eq!(got[9..], expected[9..]);
 }
+
+#[test]
+fn a_boots_whole_sections_come_out_last_freed_first() {
+    // Boot frees the whole sections in address order onto a LIFO list, so order-18
+    // allocations take them from the highest address down. The edge section at the end (the
+    // metadata comes off it) is not whole and is taken last, through its pageblocks.
+    let start = 8u64 << 18;
+    let sections = 6;
+    let spec = Spec::uniform(1, sections << 18, start);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    m.check_invariants().unwrap();
+    let got: Vec<u64> = core::iter::from_fn(|| m.alloc(n(0), Order::MAX, AllocFlags::empty()))
+        .map(|p| p.get())
+        .collect();
+    let expected: Vec<u64> = (0..sections - 1).rev().map(|s| start + (s << 18)).collect();
+    assert_eq!(got, expected);
+    m.check_invariants().unwrap();
+}
