@@ -594,6 +594,14 @@ pub(crate) struct Seed(NonNull<u8>);
 // SAFETY: a handle to memory only the zone that adds it to its pool uses.
 unsafe impl Send for Seed {}
 
+impl Seed {
+    /// Where the span's region is mapped (the seed comes first in it): for giving the mapping
+    /// back when the span never joins its zone.
+    pub(crate) fn region_ptr(&self) -> NonNull<u8> {
+        self.0
+    }
+}
+
 impl SpanMeta {
     /// Maps `meta` through `mem` and lays out a span over `range` in it: every whole section
     /// starts `Allocated` (the caller then frees the span's blocks), every edge section `Split`
@@ -607,8 +615,8 @@ impl SpanMeta {
         if meta.bytes() < region_bytes(range) || meta.overlaps(&range) {
             return None;
         }
-        let region = crate::platform::map_checked(mem, meta)?;
         let nsec = u32::try_from(count(range, SECTION_SHIFT)).ok()?;
+        let region = crate::platform::map_checked(mem, meta)?;
         // SAFETY: the seed comes first in the region (`region_bytes`), a whole number of pages.
         let sections =
             unsafe { region.add(seed_bytes() as usize) }.cast::<UnsafeCell<SectionCell>>();

@@ -155,9 +155,13 @@ pub(crate) fn map_checked<M: PhysMemory + ?Sized>(
     range: PhysRange,
 ) -> Option<NonNull<u8>> {
     let p = mem.map(range)?;
-    (p.as_ptr().addr() as u64)
-        .is_multiple_of(PAGE_SIZE)
-        .then_some(p)
+    if (p.as_ptr().addr() as u64).is_multiple_of(PAGE_SIZE) {
+        Some(p)
+    } else {
+        // Not used: give the mapping back, so that a retry may map the range again.
+        mem.unmap(range, p);
+        None
+    }
 }
 
 /// A range of the allocator's own frames, mapped through the platform for its metadata. Only

@@ -284,6 +284,16 @@ impl<'s> Sim<'s> {
     /// # Errors
     /// If the kernel refuses a mapping, or a node's memory is not a whole number of pages.
     pub fn new(spec: &'s MachineSpec) -> std::io::Result<Sim<'s>> {
+        Sim::with_spare(spec, &[])
+    }
+
+    /// [`Sim::new`] with arenas for `spare` `(physical base, bytes)` ranges too, memory the
+    /// machine does not boot with: a platform's memory that a hot-add brings in later (the
+    /// machine's [`numaframe::PhysMemory`] must map hot-added memory as well).
+    ///
+    /// # Errors
+    /// As [`Sim::new`].
+    pub fn with_spare(spec: &'s MachineSpec, spare: &[(u64, u64)]) -> std::io::Result<Sim<'s>> {
         let mut ranges = Vec::new();
         let mut arenas = Vec::new();
         let mut base = 0u64;
@@ -305,6 +315,7 @@ impl<'s> Sim<'s> {
             arenas.push((base, bytes));
             base += bytes;
         }
+        arenas.extend_from_slice(spare);
         Ok(Sim {
             spec,
             ranges,

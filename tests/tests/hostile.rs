@@ -1285,6 +1285,75 @@ fn hot_add_is_atomic_when_the_platform_cannot_map_the_second_piece() {
     assert!(matches!(r, Err(BootError::MapFailed { .. })), "{r:?}");
 }
 
+/// A hot-add whose second piece the platform cannot map gives back the mapping of its first
+/// piece. A platform may refuse a range mapped twice (`SimMemory` does): before, the first
+/// piece's region stayed mapped, so a later hot-add of that memory alone failed with
+/// `MapFailed` for good.
+#[test]
+fn a_failed_hot_add_gives_back_what_it_mapped() {
+    let w = World {
+        spec: Spec {
+            ranges: vec![memory_range(0, 0, 4096), memory_range(1, 8192, 16384)],
+            ..standard()
+        },
+        mem: SimMemory::new(&[(0, 4 << 30)]).unwrap(),
+    };
+    let m = w.boot();
+    let hot = FallbackOptions::default();
+    let r = unchanged(&m, || {
+        m.hot_add(&w.mem, n(2), range(G4 - 4096, G4 + 4096), hot)
+    });
+    assert!(matches!(r, Err(BootError::MapFailed { .. })), "{r:?}");
+    // The part below 4 GiB: the same first piece, with the same metadata region.
+    m.hot_add(&w.mem, n(2), range(G4 - 4096, G4), hot)
+        .expect("a hot-add the platform can map");
+    m.check_invariants().unwrap();
+    assert!(m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).is_some());
+}
+
+/// The machine's own `PhysMemory` must map hot-added memory too (its metadata pool maps slabs
+/// of the new frames through it): a hot-add whose memory only the `mem` of the call maps is
+/// refused with `MapFailed`, changing nothing. Before, it was taken, and once the new span's
+/// seed was used up every allocation there failed with nearly all of it free.
+#[test]
+fn a_hot_add_the_machines_memory_cannot_map_is_refused() {
+    let w = World::standard();
+    let m = w.boot();
+    let base = 64u64 << 18;
+    let own = SimMemory::new(&[(base << 12, 1 << 30)]).unwrap();
+    let r = unchanged(&m, || {
+        m.hot_add(
+            &own,
+            n(2),
+            range(base, base + 4096),
+            FallbackOptions::default(),
+        )
+    });
+    assert!(matches!(r, Err(BootError::MapFailed { .. })), "{r:?}");
+    // Through the call's memory, the range is still free to map: a machine whose own memory
+    // maps it too takes it.
+    m.hot_add(
+        &own,
+        n(2),
+        range(base, base + 4096),
+        FallbackOptions::default(),
+    )
+    .expect_err("still refused");
+    let both = World {
+        mem: SimMemory::new(&[(0, 65 << 30)]).unwrap(),
+        ..World::standard()
+    };
+    let m2 = both.boot();
+    m2.hot_add(
+        &both.mem,
+        n(2),
+        range(base, base + 4096),
+        FallbackOptions::default(),
+    )
+    .unwrap();
+    m2.check_invariants().unwrap();
+}
+
 /// Adjacent spans leave in one call even when one holds the other's metadata: here planes of
 /// `b`'s pageblocks lie in `a`'s seed, and node 2 has no other memory to move them to. Once
 /// this failed with `NoMetadata` on every try, though each span could leave alone.

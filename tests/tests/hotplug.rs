@@ -194,3 +194,29 @@ fn a_span_holds_up_to_one_frame_less_than_256_tib() {
     m.free(got, Order::ZERO).unwrap();
     m.check_invariants().unwrap();
 }
+
+/// Memory hot-added through the machine's own `PhysMemory` (the contract: it maps hot-added
+/// memory too) serves every free frame: its zone's metadata pool grows into it once the new
+/// span's seed is used up.
+#[test]
+fn hot_added_memory_serves_every_free_frame() {
+    let spec =
+        Spec::with_hot_add_target(vec![memory_range(0, 0, 8192), memory_range(1, 8192, 16384)]);
+    let mem = SimMemory::new(&[(0, 64 << 20), (8 << 30, 4 << 30)]).unwrap();
+    let m = spec.boot(&mem);
+    let added = range(2 * (1 << 20), 1 << 20);
+    m.hot_add(&mem, n(2), added, FallbackOptions::default())
+        .unwrap();
+    let zone = m.node(n(2)).unwrap().zone(ZoneKind::Normal);
+    let mut held = 0u64;
+    while m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).is_some() {
+        held += 1;
+    }
+    let c = zone.counters();
+    assert_eq!(
+        c.free, 0,
+        "{held} frames handed out, {} free of {} managed",
+        c.free, c.managed
+    );
+    m.check_invariants().unwrap();
+}

@@ -354,7 +354,6 @@ fn trim_metadata_races_frees() {
 #[test]
 fn offline_and_re_add_race_allocations() {
     use numaframe::{OfflineError, OfflineOptions, PhysAddr, PhysRange};
-    use numaframe_hosted::sim::SimMemory;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     const MIB: u64 = 1 << 20;
@@ -375,12 +374,12 @@ fn offline_and_re_add_race_allocations() {
         None,
     )
     .unwrap();
-    let sim = Sim::new(&spec).unwrap();
     let base = spec.total_memory_bytes();
+    let sim = Sim::with_spare(&spec, &[(base, 32 * MIB)]).unwrap();
     let ranges: Vec<PhysRange> = (0..4)
         .map(|i| PhysRange::from_bytes(PhysAddr::new(base + i * 8 * MIB), 6 * MIB).unwrap())
         .collect();
-    let extra = SimMemory::new(&[(base, 32 * MIB)]).unwrap();
+    let extra = sim.memory();
     let cpu_nodes: Vec<NodeId> = (0..threads)
         .map(|t| NodeId::new([2, 0, 2, 1][t % 4]))
         .collect();
@@ -393,7 +392,7 @@ fn offline_and_re_add_race_allocations() {
     let boot_total: u64 = m.nodes().iter().map(|n| n.managed_pages()).sum();
     let node2 = NodeId::new(2);
     for r in &ranges {
-        m.hot_add(&extra, node2, *r, Default::default()).unwrap();
+        m.hot_add(extra, node2, *r, Default::default()).unwrap();
     }
     let total: u64 = m.nodes().iter().map(|n| n.managed_pages()).sum();
     let held = Held::default();
@@ -462,7 +461,7 @@ fn offline_and_re_add_race_allocations() {
                 }
             });
         }
-        let (m, stop, extra, ranges) = (&m, &stop, &extra, &ranges);
+        let (m, stop, ranges) = (&m, &stop, &ranges);
         let (offlined, refused) = (&offlined, &refused);
         s.spawn(move || {
             let mut rng = Rng::new(0x5eed_0ff1);

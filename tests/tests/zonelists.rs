@@ -341,8 +341,8 @@ fn a_memoryless_node_with_all_memory_at_255_falls_back_to_it() {
     }
     let spec = spec_of("memoryless-255", &t, 64 * MIB);
     let base = spec.total_memory_bytes();
-    let extra = SimMemory::new(&[(base, 64 * MIB)]).expect("simulated memory");
-    let sim = Sim::new(&spec).expect("simulated memory");
+    let sim = Sim::with_spare(&spec, &[(base, 64 * MIB)]).expect("simulated memory");
+    let extra = sim.memory();
     let m = sim.boot(boot_options(DEFAULT)).expect("boot");
     assert_eq!(machine_orders(&m), build_all_zonelists(&t, false));
     // A CPU of node 0 gets memory from node 1.
@@ -352,7 +352,7 @@ fn a_memoryless_node_with_all_memory_at_255_falls_back_to_it() {
     assert_eq!(m.node_of(p), Some(NodeId::new(1)));
     m.free(p, Order::ZERO).expect("own frame");
     let range = PhysRange::from_bytes(PhysAddr::new(base), 64 * MIB).expect("whole pages");
-    m.hot_add(&extra, NodeId::new(2), range, DEFAULT)
+    m.hot_add(extra, NodeId::new(2), range, DEFAULT)
         .expect("hot-add");
     t.has_memory[2] = true;
     assert_eq!(machine_orders(&m), build_all_zonelists(&t, false));
@@ -432,8 +432,8 @@ fn hot_add_to_memoryless_nodes_matches_the_oracle() {
         let spec = spec_of("hotplug", &t, 64 * MIB);
         let base = spec.total_memory_bytes();
         // Memory for the hot-added ranges, right after the boot memory.
-        let extra = SimMemory::new(&[(base, 2 * 64 * MIB)]).expect("simulated memory");
-        let sim = Sim::new(&spec).expect("simulated memory");
+        let sim = Sim::with_spare(&spec, &[(base, 2 * 64 * MIB)]).expect("simulated memory");
+        let extra = sim.memory();
         let m = sim.boot(boot_options(opts)).expect("boot");
         assert_eq!(
             machine_orders(&m),
@@ -445,7 +445,7 @@ fn hot_add_to_memoryless_nodes_matches_the_oracle() {
             let range = PhysRange::from_bytes(start, 64 * MIB).expect("whole pages");
             let id = NodeId::new(node);
             assert_eq!(m.alloc(id, Order::ZERO, AllocFlags::THISNODE), None);
-            m.hot_add(&extra, id, range, opts).expect("hot-add");
+            m.hot_add(extra, id, range, opts).expect("hot-add");
             t.has_memory[node] = true;
 
             let orders = machine_orders(&m);
@@ -498,13 +498,13 @@ proptest! {
         let opts = FallbackOptions { linux_boot_order: boot_order };
         let spec = spec_of("random", &t, 4 * MIB);
         let base = spec.total_memory_bytes();
-        let extra = SimMemory::new(&[(base, 4 * MIB)]).expect("simulated memory");
-        let sim = Sim::new(&spec).expect("simulated memory");
+        let sim = Sim::with_spare(&spec, &[(base, 4 * MIB)]).expect("simulated memory");
+        let extra = sim.memory();
         let m = sim.boot(boot_options(opts)).expect("boot");
         prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
 
         let range = PhysRange::from_bytes(PhysAddr::new(base), 4 * MIB).expect("whole pages");
-        m.hot_add(&extra, NodeId::new(target), range, opts).expect("hot-add");
+        m.hot_add(extra, NodeId::new(target), range, opts).expect("hot-add");
         t.has_memory[target] = true;
         let orders = machine_orders(&m);
         prop_assert_eq!(&orders, &build_all_zonelists(&t, boot_order));
@@ -753,15 +753,15 @@ fn offline_leaves_memoryless_nodes_and_matches_the_oracle() {
         let mut t = hotplug_tables();
         let spec = spec_of("hotplug", &t, 64 * MIB);
         let base = spec.total_memory_bytes();
-        let extra = SimMemory::new(&[(base, 2 * 64 * MIB)]).expect("simulated memory");
-        let sim = Sim::new(&spec).expect("simulated memory");
+        let sim = Sim::with_spare(&spec, &[(base, 2 * 64 * MIB)]).expect("simulated memory");
+        let extra = sim.memory();
         let m = sim.boot(boot_options(opts)).expect("boot");
         let added = |i: u64| {
             PhysRange::from_bytes(PhysAddr::new(base + i * 64 * MIB), 64 * MIB).expect("pages")
         };
         let (added3, added5) = (added(0), added(1));
         for (node, range) in [(3usize, added3), (5, added5)] {
-            m.hot_add(&extra, NodeId::new(node), range, opts)
+            m.hot_add(extra, NodeId::new(node), range, opts)
                 .expect("hot-add");
             t.has_memory[node] = true;
         }
@@ -785,7 +785,7 @@ fn offline_leaves_memoryless_nodes_and_matches_the_oracle() {
                 start: boot4.start()
             })
         );
-        for (node, range, mem) in [(3usize, added3, &extra), (5, added5, &extra)] {
+        for (node, range, mem) in [(3usize, added3, extra), (5, added5, extra)] {
             let id = NodeId::new(node);
             // Blocks in use in the range: a frame, a 2 MiB block, a frame of another class.
             let held = [
@@ -824,7 +824,7 @@ fn offline_leaves_memoryless_nodes_and_matches_the_oracle() {
             assert_eq!(m.alloc(id, Order::ZERO, AllocFlags::THISNODE), None);
             assert_eq!(m.node_of(held[0].0), None);
         }
-        for (node, range, mem) in [(5usize, added5, &extra), (3, added3, &extra)] {
+        for (node, range, mem) in [(5usize, added5, extra), (3, added3, extra)] {
             m.hot_add(mem, NodeId::new(node), range, opts)
                 .expect("hot-add again");
             t.has_memory[node] = true;
@@ -853,21 +853,21 @@ proptest! {
         let opts = FallbackOptions { linux_boot_order: boot_order };
         let spec = spec_of("random", &t, 4 * MIB);
         let base = spec.total_memory_bytes();
-        let extra = SimMemory::new(&[(base, 4 * MIB)]).expect("simulated memory");
-        let sim = Sim::new(&spec).expect("simulated memory");
+        let sim = Sim::with_spare(&spec, &[(base, 4 * MIB)]).expect("simulated memory");
+        let extra = sim.memory();
         let m = sim.boot(boot_options(opts)).expect("boot");
         let offline = numaframe::OfflineOptions { fallback: opts, ..Default::default() };
         let node = pick.index(t.len());
         let added = PhysRange::from_bytes(PhysAddr::new(base), 4 * MIB).expect("whole pages");
-        m.hot_add(&extra, NodeId::new(node), added, opts).expect("hot-add");
+        m.hot_add(extra, NodeId::new(node), added, opts).expect("hot-add");
         let had = t.has_memory[node];
         t.has_memory[node] = true;
         prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
-        m.offline(&extra, added, offline).expect("offline");
+        m.offline(extra, added, offline).expect("offline");
         t.has_memory[node] = had;
         prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
         m.check_invariants().expect("invariants");
-        m.hot_add(&extra, NodeId::new(node), added, opts).expect("hot-add again");
+        m.hot_add(extra, NodeId::new(node), added, opts).expect("hot-add again");
         t.has_memory[node] = true;
         prop_assert_eq!(machine_orders(&m), build_all_zonelists(&t, boot_order));
         let r = sim.ranges()[pick.index(sim.ranges().len())];

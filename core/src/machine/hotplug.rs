@@ -36,6 +36,24 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
+    /// Checks that the machine's own [`PhysMemory`] maps a hot-added piece: its zone's metadata
+    /// pool maps slabs of any of its frames through it. Maps the piece's first frame and gives
+    /// it back; [`BootError::MapFailed`] if it cannot.
+    fn check_machine_maps(&self, p: &Piece) -> Result<(), BootError> {
+        let start = p.usable.start();
+        let first = start
+            .checked_add(1)
+            .and_then(|end| PhysRange::new(start, end))
+            .ok_or(BootError::BadRange { start })?;
+        match self.mem.map(first) {
+            Some(ptr) => {
+                self.mem.unmap(first, ptr);
+                Ok(())
+            }
+            None => Err(BootError::MapFailed { start }),
+        }
+    }
+
     /// Maps a piece's metadata; the allocator's state is unchanged.
     pub(super) fn map_piece<M: PhysMemory + ?Sized>(
         mem: &'a M,
@@ -102,8 +120,15 @@ impl<'a> Machine<'a> {
     /// lock, so a platform may allocate from this machine while it maps (for page tables, say);
     /// it must not call `hot_add` from `map`.
     ///
+    /// `mem` maps the metadata of the new memory. The machine's own `PhysMemory` (the one it
+    /// booted with) must map the new memory too, as a kernel's direct map grows with hot-added
+    /// memory: the zone's metadata pool takes its slabs from any free frame of the zone and maps
+    /// them through it. `hot_add` checks that by mapping the range's first frame through it.
+    ///
     /// # Errors
-    /// As [`Machine::boot`]; on error nothing changes.
+    /// As [`Machine::boot`] ([`BootError::MapFailed`] also when the machine's own `PhysMemory`
+    /// cannot map the range); on error nothing changes, and every mapping it made is given
+    /// back.
     pub fn hot_add<M: PhysMemory + ?Sized>(
         &self,
         mem: &'a M,
@@ -120,18 +145,27 @@ impl<'a> Machine<'a> {
             });
         }
         // Check and map every piece before changing anything, so a failure leaves the machine
-        // as it was (a mapping the platform made stays with the platform).
+        // as it was (and gives back what it mapped).
         let mut planned: [Option<Piece>; 2] = [None, None];
         let mut k = 0;
         pieces(node, range, |p| {
             self.check_piece(&staged, &p, k)?;
+            self.check_machine_maps(&p)?;
             planned[k] = Some(p);
             k += 1;
             Ok(())
         })?;
         let mut mapped: [Option<(Piece, (SpanMeta, Seed))>; 2] = [None, None];
-        for (slot, p) in mapped.iter_mut().zip(planned.into_iter().flatten()) {
-            *slot = Some((p, Self::map_piece(mem, &p)?));
+        for (i, p) in planned.into_iter().flatten().enumerate() {
+            match Self::map_piece(mem, &p) {
+                Ok(m) => mapped[i] = Some((p, m)),
+                Err(e) => {
+                    for (q, (_, seed)) in mapped.iter().flatten() {
+                        mem.unmap(q.meta, seed.region_ptr());
+                    }
+                    return Err(e);
+                }
+            }
         }
         for (p, _) in mapped.iter().flatten() {
             self.stage_piece(&mut staged, p)?;
