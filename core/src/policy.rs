@@ -50,7 +50,8 @@ pub enum Policy {
     /// zonelist, as Linux's slow path drops the nodemask once an allocation may use the
     /// reserves.
     Bind(NodeMask),
-    /// One page per node in turn (`MPOL_INTERLEAVE`).
+    /// One page per node in turn (`MPOL_INTERLEAVE`), over the mask's nodes that have memory
+    /// (Linux's mask ∩ `N_MEMORY`; all of the mask if none has).
     Interleave(NodeMask),
     /// `weight[n]` pages per node in turn (`MPOL_WEIGHTED_INTERLEAVE`); weights are the
     /// machine's table, see [`Machine::set_weights`].
@@ -162,7 +163,15 @@ impl TaskPolicy {
         cpu_node: NodeId,
         serves: impl Fn(NodeId) -> bool,
     ) -> Option<NodeMask> {
-        let mask = *self.policy.mask()?;
+        let given = *self.policy.mask()?;
+        // Linux's policy nodes are the mask given ∩ N_MEMORY (`mpol_set_nodemask`): a node
+        // without memory takes no turn. A mask without any node of memory keeps its nodes.
+        let memory = machine.memory_nodes();
+        let with_memory = |m: NodeMask| {
+            let w = m.and(&memory);
+            if w.is_empty() { m } else { w }
+        };
+        let mask = with_memory(given);
         if !self.socket_aware || !machine.topology().contains(cpu_node) {
             return Some(mask);
         }
@@ -171,13 +180,13 @@ impl TaskPolicy {
             _ => {
                 let topo = machine.topology();
                 let pkg = topo.package_of(cpu_node);
-                let m = NodeMask::from_nodes(mask.iter().filter(|n| topo.package_of(*n) == pkg));
+                let m = NodeMask::from_nodes(given.iter().filter(|n| topo.package_of(*n) == pkg));
                 self.package = Some((cpu_node, m));
                 m
             }
         };
         Some(if local.iter().any(serves) {
-            local
+            with_memory(local)
         } else {
             mask
         })
@@ -201,6 +210,10 @@ impl TaskPolicy {
                 .walk(&local.within(&mask))
                 .or_else(|| machine.walk(&local)),
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
+                // A request refused before it takes anything leaves the cursor alone.
+                if machine.refuses(flags) {
+                    return None;
+                }
                 let mask = self.candidates(machine, cpu_node, buddy_serves(machine, order))?;
                 let mut il = self.il;
                 let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
@@ -289,6 +302,10 @@ impl TaskPolicy {
                 }
             }
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
+                // A request refused before it takes anything leaves the cursor alone.
+                if machine.refuses(flags) {
+                    return r;
+                }
                 let Some(mask) =
                     self.candidates(machine, cpu_node, buddy_serves(machine, Order::ZERO))
                 else {

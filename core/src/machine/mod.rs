@@ -221,6 +221,12 @@ impl<'a> Machine<'a> {
         self.layout.memory_nodes()
     }
 
+    /// `true` if a request with `flags` fails before it takes anything: [`AllocFlags::ZERO`]
+    /// on a machine without a clearer.
+    pub(crate) fn refuses(&self, flags: AllocFlags) -> bool {
+        flags.contains(AllocFlags::ZERO) && self.clearer.is_none()
+    }
+
     /// Copies the fallback order of `node` into `out`; returns how many entries it wrote.
     pub fn fallback_order(&self, node: NodeId, out: &mut [NodeId]) -> usize {
         self.layout.copy_order(node, out)

@@ -688,3 +688,66 @@ fn reserve_under_bind_leaves_the_mask_as_linux_does() {
     m.free_bulk(&held).unwrap();
     m.check_invariants().unwrap();
 }
+
+/// A request the machine refuses before it takes anything (`ZERO` without a clearer) leaves
+/// an interleave policy's cursor where it was: a failed call changes nothing.
+#[test]
+fn a_refused_interleave_request_leaves_the_cursor() {
+    use crate::policy::{Policy, TaskPolicy};
+    let spec = Spec::uniform(2, 4096, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mask = NodeMask::from_nodes([n(0), n(1)]);
+    let mut t = TaskPolicy::new(&m, Policy::Interleave(mask), false).unwrap();
+    let start = t.il_state();
+    let mut out = [Pfn::new(0); 3];
+    let r = t.alloc_bulk(&m, n(0), AllocFlags::ZERO, &mut out);
+    assert_eq!(r.placed, 0);
+    assert_eq!(t.il_state(), start, "bulk: a refused call moved the cursor");
+    assert_eq!(t.alloc(&m, n(0), Order::ZERO, AllocFlags::ZERO), None);
+    assert_eq!(
+        t.il_state(),
+        start,
+        "single: a refused call moved the cursor"
+    );
+}
+
+/// Linux builds an interleave policy's nodes as the mask given ∩ `N_MEMORY`
+/// (`mpol_set_nodemask`), so `weighted_interleave_nodes()` never picks a node without memory
+/// and no page of an interleave lands outside the mask while the mask's nodes have memory.
+#[test]
+fn interleave_skips_nodes_without_memory_as_linux_does() {
+    use crate::policy::{Policy, TaskPolicy};
+    let mut spec = Spec::uniform(2, 4096, 0);
+    // Node 2: CPUs, no memory, next to node 1.
+    spec.distances = std::vec![10, 20, 20, 20, 10, 12, 20, 12, 10];
+    spec.infos.push(NodeInfo {
+        has_cpus: true,
+        has_memory: false,
+        ..NodeInfo::default()
+    });
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mask = NodeMask::from_nodes([n(0), n(2)]);
+    for policy in [Policy::Interleave(mask), Policy::WeightedInterleave(mask)] {
+        let mut t = TaskPolicy::new(&m, policy, false).unwrap();
+        let mut out = [Pfn::new(0); 8];
+        let r = t.alloc_bulk(&m, n(0), AllocFlags::empty(), &mut out);
+        assert_eq!(r.placed, 8);
+        let mut single = Vec::new();
+        for _ in 0..8 {
+            single.push(t.alloc(&m, n(0), Order::ZERO, AllocFlags::empty()).unwrap());
+        }
+        let nodes: Vec<usize> = out
+            .iter()
+            .chain(&single)
+            .map(|&p| m.node_of(p).unwrap().index())
+            .collect();
+        m.free_bulk(&out).unwrap();
+        m.free_bulk(&single).unwrap();
+        assert!(
+            nodes.iter().all(|&k| k == 0),
+            "{policy:?}: pages on nodes {nodes:?}, Linux: all on node 0"
+        );
+    }
+}
