@@ -423,3 +423,18 @@ fn garbage_arguments_never_panic() {
         assert!(err.lines().count() <= 1, "{args:?}: {err:?}");
     }
 }
+
+/// docs/cli.md, "Arguments": "`--json` may also come before the command" and "an option given
+/// twice ... [is] bad input", also when one `--json` comes before the command and one after it
+/// (clap's global flag took both, exit 0, until this was checked).
+#[test]
+fn json_given_before_and_after_the_command_is_given_twice() {
+    bad_input(
+        &["--json", "zonelists", "--preset", "amd-4node", "--json"],
+        "`--json` given twice",
+    );
+    bad_input(
+        &["--json", "frag", "--json", "--preset", "fake-64"],
+        "`--json` given twice",
+    );
+}

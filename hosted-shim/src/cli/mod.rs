@@ -187,6 +187,9 @@ pub fn run_with_progress(
     if let Some(e) = parse_error::lone_dash(&args) {
         return Err(e);
     }
+    if let Some(e) = parse_error::json_twice(&args) {
+        return Err(e);
+    }
     let cli =
         match Cli::try_parse_from(std::iter::once("numaframe".to_string()).chain(args.clone())) {
             Ok(cli) => cli,

@@ -131,6 +131,17 @@ pub(super) fn lone_dash(args: &[String]) -> Option<CliError> {
     Some(with_hint(&message, command))
 }
 
+/// The bad-input error for `--json` given twice among `args` (before `--`): clap's global
+/// option is not caught twice when one comes before the command and one after it.
+pub(super) fn json_twice(args: &[String]) -> Option<CliError> {
+    let count = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .filter(|a| *a == "--json")
+        .count();
+    (count > 1).then(|| with_hint("`--json` given twice", command_of(args)))
+}
+
 fn command_of(args: &[String]) -> Option<&str> {
     let first = args.iter().find(|a| !a.starts_with('-'))?;
     (first != "help" && Cli::command().find_subcommand(first).is_some()).then_some(first.as_str())
