@@ -195,8 +195,9 @@ fn node_shortfall_reports_linux_lines() {
             "HugeTLB: allocating 99 of page size 1.00 GiB failed node0.  Only allocated 14 hugepages.".to_string(),
             "HugeTLB: allocating 99 of page size 1.00 GiB failed node2.  Only allocated 15 hugepages.".to_string(),
             format!("HugeTLB: allocating 9000 of page size 2.00 MiB failed node1.  Only allocated {} hugepages.", m[1]),
-            "HugeTLB: registered 1.00 GiB page size, pre-allocated 29 pages".to_string(),
+            // Registered in the order the line names the sizes: 2 MiB first.
             format!("HugeTLB: registered 2.00 MiB page size, pre-allocated {} pages", m[1]),
+            "HugeTLB: registered 1.00 GiB page size, pre-allocated 29 pages".to_string(),
         ]
     );
 }

@@ -101,7 +101,9 @@
 //!
 //! Reservation is a boot-time step: the pools start empty (as [`Machine::boot`] leaves them) and
 //! nothing else grows or shrinks them until the plan is done. A plan run on pools that already
-//! hold pages reserves its counts on top of them.
+//! hold pages reserves the node form's counts on top of them, but a node-balanced request
+//! counts the pages a node holds already toward that node's share, so it may reserve fewer
+//! pages than it asks for, and the report counts the pages that were there before.
 //!
 //! [`Machine::reserve_huge`]: crate::machine::Machine::reserve_huge
 //! [`Machine::alloc_huge`]: crate::machine::Machine::alloc_huge

@@ -18,11 +18,10 @@ use crate::topology::NodeId;
 /// parsing the command line), those of 2 MiB pages, then `registered` for each size, both of
 /// which numaframe always supports (Linux registers 1 GiB pages when the CPU has them, and
 /// prints `pre-allocated 0 pages` for a size without a request). Linux registers sizes in the
-/// order the command line first names them with `hugepagesz=` or `default_hugepagesz=`, then
-/// 1 GiB, then 2 MiB; a [`HugepageConfig`] does not record that order, so sizes with a request
-/// come first here (1 GiB before 2 MiB when both have one), then the others. That differs from
-/// Linux only for a line that names 2 MiB before 1 GiB and asks for both, and for a bare
-/// `hugepages=N`, which Linux lists after 1 GiB.
+/// order the command line first names them with `hugepagesz=` or `default_hugepagesz=` (while
+/// it parses it), then 1 GiB (x86's `gigantic_pages_init`, an arch initcall), then 2 MiB (the
+/// default size, in `hugetlb_init`): so the size named first, then the other, and 1 GiB first
+/// when the line names none (a bare `hugepages=N` included).
 #[derive(Clone, Copy, Debug)]
 pub struct Report<'r, 'm> {
     config: &'r HugepageConfig,
@@ -37,11 +36,10 @@ impl<'r, 'm> Report<'r, 'm> {
 
     /// The sizes in the order their `registered` lines come.
     pub fn sizes(&self) -> [HugeSize; 2] {
-        let has = |size| self.config.request(size).is_some();
-        if has(HugeSize::Size2M) && !has(HugeSize::Size1G) {
-            [HugeSize::Size2M, HugeSize::Size1G]
-        } else {
-            [HugeSize::Size1G, HugeSize::Size2M]
+        use HugeSize::{Size1G, Size2M};
+        match self.config.first_named() {
+            Some(Size2M) => [Size2M, Size1G],
+            Some(Size1G) | None => [Size1G, Size2M],
         }
     }
 
@@ -265,8 +263,10 @@ mod tests {
                 std::format!(
                     "HugeTLB: allocating 100 of page size 2.00 MiB failed.  Only allocated {total} hugepages."
                 ),
-                std::format!("HugeTLB: registered 2.00 MiB page size, pre-allocated {total} pages"),
+                // A bare `hugepages=N` names no size: 1 GiB is registered first, as x86 Linux
+                // registers it in an arch initcall before `hugetlb_init` adds the default.
                 "HugeTLB: registered 1.00 GiB page size, pre-allocated 0 pages".to_string(),
+                std::format!("HugeTLB: registered 2.00 MiB page size, pre-allocated {total} pages"),
             ]
         );
     }
@@ -290,6 +290,40 @@ mod tests {
         let mut plan = ReservationPlan::new(&cfg, &m).unwrap();
         assert!(plan.next_batch(&m).is_none());
         assert_eq!(plan.report(&m).lines().count(), 2);
+    }
+
+    #[test]
+    fn registered_lines_come_in_linuxs_order() {
+        // Linux registers sizes in the order the command line first names them with
+        // `hugepagesz=` or `default_hugepagesz=`, then 1 GiB, then 2 MiB.
+        let cases = [
+            // Names 2 MiB first and asks for both: Linux registers 2 MiB first.
+            (
+                "hugepagesz=2M hugepages=4 hugepagesz=1G hugepages=1",
+                [Size2M, Size1G],
+            ),
+            // Names nothing: 1 GiB (the arch's initcall), then the default 2 MiB.
+            ("hugepages=5", [Size1G, Size2M]),
+            // Names 1 GiB first, asks for 2 MiB only: Linux registers 1 GiB first.
+            ("hugepagesz=1G hugepagesz=2M hugepages=5", [Size1G, Size2M]),
+            (
+                "default_hugepagesz=1G hugepagesz=2M hugepages=5",
+                [Size1G, Size2M],
+            ),
+            // Names 2 MiB first, asks for 1 GiB only: Linux registers 2 MiB first.
+            ("hugepagesz=2M hugepagesz=1G hugepages=1", [Size2M, Size1G]),
+            // Names 2 MiB only, asks for nothing: 2 MiB, then 1 GiB.
+            ("hugepagesz=2M", [Size2M, Size1G]),
+        ];
+        let spec = spec(&[4096]);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let wrong: Vec<(&str, [HugeSize; 2])> = cases
+            .iter()
+            .map(|&(line, _)| (line, Report::new(&parse(line).unwrap(), &m).sizes()))
+            .filter(|&(line, got)| cases.iter().any(|&(l, linux)| l == line && linux != got))
+            .collect();
+        assert!(wrong.is_empty(), "not in Linux's order: {wrong:?}");
     }
 
     #[test]

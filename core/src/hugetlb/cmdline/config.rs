@@ -82,6 +82,9 @@ impl<T> PerSize<T> {
 pub struct HugepageConfig {
     pub(super) default_size: HugeSize,
     pub(super) requests: PerSize<Option<PoolRequest>>,
+    /// The size the first `hugepagesz=` or `default_hugepagesz=` named: Linux registers it
+    /// first.
+    pub(super) first_named: Option<HugeSize>,
 }
 
 impl Default for HugepageConfig {
@@ -89,6 +92,7 @@ impl Default for HugepageConfig {
         Self {
             default_size: HugeSize::Size2M,
             requests: PerSize::default(),
+            first_named: None,
         }
     }
 }
@@ -97,6 +101,10 @@ impl HugepageConfig {
     /// The default huge page size: the one `default_hugepagesz=` names, or 2 MiB.
     pub fn default_size(&self) -> HugeSize {
         self.default_size
+    }
+    /// The size the first `hugepagesz=` or `default_hugepagesz=` of the line names, if any.
+    pub fn first_named(&self) -> Option<HugeSize> {
+        self.first_named
     }
     /// What the command line asks for `size`, or `None` if no `hugepages=` applies to it.
     pub fn request(&self, size: HugeSize) -> Option<&PoolRequest> {

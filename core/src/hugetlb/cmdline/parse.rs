@@ -32,6 +32,7 @@ pub fn parse(cmdline: &str) -> Result<HugepageConfig, CmdlineError> {
     let mut config = HugepageConfig {
         default_size,
         requests: PerSize::default(),
+        first_named: None,
     };
     let mut size_named = PerSize::<bool>::default();
     let mut default_named = false;
@@ -53,6 +54,7 @@ pub fn parse(cmdline: &str) -> Result<HugepageConfig, CmdlineError> {
                 if core::mem::replace(size_named.get_mut(size), true) {
                     return Err(fail(CmdlineErrorKind::DuplicateSize));
                 }
+                config.first_named.get_or_insert(size);
                 target = size;
             }
             Name::DefaultHugepagesz => {
@@ -60,6 +62,7 @@ pub fn parse(cmdline: &str) -> Result<HugepageConfig, CmdlineError> {
                 if core::mem::replace(&mut default_named, true) {
                     return Err(fail(CmdlineErrorKind::DuplicateDefaultSize));
                 }
+                config.first_named.get_or_insert(size);
                 // The first `default_hugepagesz=` parsed cleanly, so it is the one the
                 // look-ahead above found: `size == default_size`.
                 target = size;
@@ -202,7 +205,9 @@ mod tests {
         let max = ok("hugepages=18446744073709551615");
         assert_eq!(max.total(Size2M), u64::MAX);
         // A size named without a count registers nothing here.
-        assert_eq!(ok("hugepagesz=1G"), HugepageConfig::default());
+        let named = ok("hugepagesz=1G");
+        assert_eq!((named.request(Size1G), named.request(Size2M)), (None, None));
+        assert_eq!(named.first_named(), Some(Size1G));
         assert_eq!(
             balanced(&ok("hugepagesz=2M hugepagesz=1G hugepages=3"), Size1G),
             Some(3)
