@@ -644,6 +644,17 @@ fn drain_slots(
     frames
 }
 
+/// The byte of a handed-out frame once no bulk free holds it claimed (Acquire).
+fn wait_unclaimed(byte: &AtomicU8) -> u8 {
+    loop {
+        let found = byte.load(Ordering::Acquire);
+        if found != state::CLAIMED {
+            return found;
+        }
+        crate::sync::spin_loop();
+    }
+}
+
 /// Frees an order-0 frame of the CPU's own slot, at `off`, into its stack: one swap of its
 /// byte (handed out → free), or with `unchecked` a store. A frame freed dirty is filled
 /// through `poison` first.
@@ -666,7 +677,7 @@ fn free_own(
         // CPU, busy here, can hand out again.
         if !unchecked {
             // Acquire: as the swap's failure ordering.
-            let found = byte.load(Ordering::Acquire);
+            let found = wait_unclaimed(byte);
             if found != state::HELD {
                 return Err(misuse(found, pfn, 0));
             }
@@ -677,15 +688,24 @@ fn free_own(
         // Release: as below. The caller guarantees the frame is handed out and that no other
         // free of it runs, so no other writer races this store.
         byte.store(freed(dirty), Ordering::Release);
-    } else if let Err(found) = byte.compare_exchange(
-        state::HELD,
-        freed(dirty),
-        // AcqRel: the winner of two frees of one frame is decided here; Release orders the
-        // frame's last writes before its next allocation.
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        return Err(misuse(found, pfn, 0));
+    } else {
+        loop {
+            match byte.compare_exchange(
+                state::HELD,
+                freed(dirty),
+                // AcqRel: the winner of two frees of one frame is decided here; Release orders
+                // the frame's last writes before its next allocation.
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                // A bulk free holds the frame claimed, under its zone lock, for a moment: it
+                // frees it (then this free loses) or gives it back if it is refused (then this
+                // free is the only one and must win).
+                Err(state::CLAIMED) => crate::sync::spin_loop(),
+                Err(found) => return Err(misuse(found, pfn, 0)),
+            }
+        }
     }
     slot.push(off);
     Ok(())

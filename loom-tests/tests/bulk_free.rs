@@ -205,3 +205,33 @@ fn bulk_across_zones_races_a_free_in_the_first_zone_it_locks() {
 fn bulk_across_zones_races_a_free_in_the_second_zone_it_locks() {
     bulk_across_zones_against_a_plain_free(true);
 }
+
+/// A bulk that is refused (its last entry is foreign) claims a lent frame for a
+/// moment; the holder's own free of that frame racing it must not lose to a bulk that frees
+/// nothing: a refused bulk leaves the state as it was, so the single free is the only free of
+/// the frame and must succeed.
+#[test]
+fn a_refused_bulk_does_not_make_the_holders_free_fail() {
+    model(|| {
+        let (m, [a, b, c]) = setup(From::Cpu);
+        let foreign = Pfn::new(u64::MAX);
+        let (bulk, single) = race(
+            {
+                let m = m.clone();
+                move || cpu0_free(&m, b)
+            },
+            || m.free_bulk(&[b, foreign]),
+        );
+        // The bulk is refused: on its foreign entry, or on b if the single free came first.
+        match bulk {
+            Err(BulkFreeError {
+                index: 1,
+                error: FreeError::Foreign { pfn },
+            }) => assert_eq!(pfn, foreign),
+            Err(BulkFreeError { index: 0, error }) => assert!(lost(error, b), "{error:?}"),
+            other => panic!("the bulk must be refused: {other:?}"),
+        }
+        assert_eq!(single, Ok(()), "the only free of b that can take effect");
+        settle(&m, &[a, c]);
+    });
+}
