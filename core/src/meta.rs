@@ -2005,14 +2005,24 @@ impl ZoneMeta {
         n: u32,
         mut f: impl FnMut(&mut PbHeader),
     ) -> bool {
+        match n {
+            0 => return true,
+            1 => return self.update_pb(r, f).is_some(),
+            _ => {}
+        }
         let Some(span) = self.span(r.span) else {
             return false;
         };
-        if r.index >= span.pageblocks() {
+        let Some(last) = r.index.checked_add(n - 1) else {
+            return false;
+        };
+        if last >= span.pageblocks() {
             return false;
         }
+        // A section's pageblocks are consecutive in the span: the first and the last in one
+        // section put every one between them there.
         let (s, i) = span.locate_pb(r.index);
-        if i + n as usize > span.section_pbs(s).len() {
+        if span.locate_pb(last).0 != s {
             return false;
         }
         let Some(cell) = self.section_cell(SecRef {
@@ -2026,9 +2036,9 @@ impl ZoneMeta {
             return false;
         };
         for j in 0..n as usize {
-            // SAFETY: `i + j` is below the section's pageblocks (checked above), so the cell
-            // lies in the section's array (as in `pb_cell`); `&mut self` makes this the only
-            // access to it while `f` runs (as in `update_section`).
+            // SAFETY: pageblock `r.index + j` lies in section `s` (checked above) at index
+            // `i + j` of its array, so the cell lies in the array (as in `pb_cell`); `&mut self`
+            // makes this the only access to it while `f` runs (as in `update_section`).
             unsafe { ptr.add(i + j).as_ref() }.with_mut(|p| {
                 // SAFETY: as above.
                 f(unsafe { &mut (*p).header });

@@ -197,13 +197,15 @@ impl FreeArea {
                 });
             }
             Big::Pb(r) => {
-                self.meta.update_pbs(r, 1 << (order - PB_SHIFT as u8), |h| {
-                    if dirty {
-                        h.flags |= flag::DIRTY;
-                    } else {
-                        h.flags &= !flag::DIRTY;
-                    }
-                });
+                for i in 0..1u32 << (order - PB_SHIFT as u8) {
+                    self.meta.update_pb(Self::pb_plus(r, i), |h| {
+                        if dirty {
+                            h.flags |= flag::DIRTY;
+                        } else {
+                            h.flags &= !flag::DIRTY;
+                        }
+                    });
+                }
             }
         }
     }

@@ -954,15 +954,14 @@ impl FreeArea {
                     })
                     .flatten()
                     .unwrap_or(NIL);
-                self.meta.update_pbs(
-                    Self::pb_plus(r, 1),
-                    (1 << (order - PB_SHIFT as u8)) - 1,
-                    |h| {
+                let tails = (1 << (order - PB_SHIFT as u8)) - 1;
+                if tails > 0 {
+                    self.meta.update_pbs(Self::pb_plus(r, 1), tails, |h| {
                         h.state = PbState::FreeTail;
                         h.next = NIL;
                         h.prev = NIL;
-                    },
-                );
+                    });
+                }
                 self.meta.update_pb(r, |h| {
                     h.state = PbState::Free { order };
                     h.next = head;
