@@ -924,11 +924,11 @@ pub struct UnusableIndex {
 }
 
 impl UnusableIndex {
-    /// The index in thousandths (Linux's `unusable_free_index`, 0 for a zone without free
-    /// memory).
+    /// The index in thousandths (Linux's `unusable_free_index`: 1000 for a zone without free
+    /// memory, "all free memory is unusable").
     pub fn thousandths(&self) -> u64 {
         if self.free_pages == 0 {
-            return 0;
+            return 1000;
         }
         (u128::from(self.unusable_pages) * 1000 / u128::from(self.free_pages)) as u64
     }

@@ -157,7 +157,7 @@ fn check_report(args: &[&str], starts: &[u64]) -> Value {
         assert!(managed > 0 && free <= managed, "{z}");
 
         // The unusable index: Linux's (free - free in blocks >= order) * 1000 / free, in
-        // thousandths, 0 for a zone without free memory.
+        // thousandths, 1000 for a zone without free memory (as Linux).
         let values: Vec<f64> = z["unusable_index"]
             .as_array()
             .expect("index")
@@ -177,7 +177,7 @@ fn check_report(args: &[&str], starts: &[u64]) -> Value {
         );
         for order in 0..ORDERS {
             assert!(unusable[order] <= free);
-            let thousandths = (unusable[order] * 1000).checked_div(free).unwrap_or(0);
+            let thousandths = (unusable[order] * 1000).checked_div(free).unwrap_or(1000);
             assert_eq!(
                 values[order],
                 thousandths as f64 / 1000.0,

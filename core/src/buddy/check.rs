@@ -570,6 +570,7 @@ impl FreeArea {
             }
         }
         let mut expected = 0u64;
+        let mut unlisted_with_bucket = None;
         self.for_each_split(|r, h, _| {
             if h.free > 0
                 && self.spare[h.class.index()] != Some(r)
@@ -577,8 +578,16 @@ impl FreeArea {
                 && !self.isolated(r.span)
             {
                 expected += 1;
+            } else if h.bucket != 0 {
+                // In no bucket, so it must record none.
+                unlisted_with_bucket.get_or_insert(r);
             }
         });
+        if let Some(r) = unlisted_with_bucket {
+            return Err(InvariantError::Pageblock {
+                pfn: self.pb_base(r),
+            });
+        }
         if listed != expected {
             return Err(InvariantError::Counter { node });
         }

@@ -1548,8 +1548,11 @@ impl FreeArea {
             .map(|k| self.counts[Self::list(k)] << k)
             .sum();
         let spares = self.spare.iter().flatten().count() as u64;
-        if order.get() <= PB_SHIFT as u8 {
-            big + (spares << PB_SHIFT) + self.small_free_in_blocks_of(order)
+        if order.get() < PB_SHIFT as u8 {
+            // A spare is a split pageblock: `small_free_in_blocks_of` counts its frames.
+            big + self.small_free_in_blocks_of(order)
+        } else if order.get() == PB_SHIFT as u8 {
+            big + (spares << PB_SHIFT)
         } else {
             big
         }

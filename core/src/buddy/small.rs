@@ -606,11 +606,37 @@ impl FreeArea {
         from: usize,
         mut accept: impl FnMut(&Self, PbRef) -> Option<bool>,
     ) -> Option<PbRef> {
+        match self.walk_buckets(class, band, from, &mut accept) {
+            Walk::Took(r) => Some(r),
+            Walk::GaveUp => None,
+            // Frees leave a pageblock in the bucket of a smaller count, so one below `from`
+            // may have `from` free frames or more: before the caller breaks a free pageblock,
+            // those move where they belong and the walk runs again.
+            Walk::Exhausted if from > 1 && self.rebucket_below(class, band, from) => {
+                match self.walk_buckets(class, band, from, &mut accept) {
+                    Walk::Took(r) => Some(r),
+                    Walk::GaveUp | Walk::Exhausted => None,
+                }
+            }
+            Walk::Exhausted => None,
+        }
+    }
+
+    /// [`FreeArea::fullest`]'s walk over the buckets from `from` free frames up.
+    fn walk_buckets(
+        &mut self,
+        class: Class,
+        band: usize,
+        from: usize,
+        accept: &mut impl FnMut(&Self, PbRef) -> Option<bool>,
+    ) -> Walk {
         let mut from = from;
         while let Some((b, head)) = self.buckets[class.index()].first_from(band, from) {
             let mut cur = head;
             while let Some(r) = PbRef::unpack(cur) {
-                let h = self.meta.pb(r)?;
+                let Some(h) = self.meta.pb(r) else {
+                    return Walk::GaveUp;
+                };
                 cur = h.next;
                 // Out of date, or its section started emptying since. (One left in band 1
                 // by a section that has filled up again moves back when an allocation next
@@ -620,34 +646,73 @@ impl FreeArea {
                     self.bucket_insert(r, class);
                     continue;
                 }
-                if accept(self, r)? {
-                    return Some(r);
+                match accept(self, r) {
+                    Some(true) => return Walk::Took(r),
+                    Some(false) => {}
+                    None => return Walk::GaveUp,
                 }
             }
             from = b + 1;
         }
-        None
+        Walk::Exhausted
+    }
+
+    /// Moves the out-of-date pageblocks of `class`'s buckets of `band` below `below` free
+    /// frames to the buckets they belong in; `true` if one of them now lies at `below` or
+    /// above.
+    fn rebucket_below(&mut self, class: Class, band: usize, below: usize) -> bool {
+        let mut moved_up = false;
+        let mut low = 1;
+        while let Some((b, head)) = self.buckets[class.index()].first_from(band, low) {
+            if b >= below {
+                break;
+            }
+            let mut cur = head;
+            while let Some(r) = PbRef::unpack(cur) {
+                let Some(h) = self.meta.pb(r) else {
+                    return moved_up;
+                };
+                cur = h.next;
+                if usize::from(h.free) != b || band == 0 && self.band(r) != 0 {
+                    self.bucket_remove(r);
+                    self.bucket_insert(r, class);
+                    moved_up |= usize::from(h.free) >= below;
+                }
+            }
+            low = b + 1;
+        }
+        moved_up
     }
 
     /// The emptiest split pageblock of `class` with a free run of `order`, in the emptiest band
-    /// that has one (for stealing).
+    /// that has one (for stealing). Frees leave pageblocks in buckets of smaller counts, so
+    /// every bucketed pageblock is looked at by its own count (a steal is rare: no free
+    /// pageblock is left).
     fn emptiest(&mut self, class: Class, order: u8) -> Option<PbRef> {
         for band in (0..BANDS).rev() {
-            let mask = *self.buckets[class.index()].nonempty(band);
-            let Some(top) = (1usize << order..FRAMES).rev().find(|&b| mask.get(b)) else {
-                continue;
-            };
-            let mut cur = self.buckets[class.index()].head(band * FRAMES + top);
-            while let Some(r) = PbRef::unpack(cur) {
-                cur = self.meta.pb(r)?.next;
-                if self
-                    .meta
-                    .plane(r, Which::Alloc)
-                    .and_then(|p| p.find_clear_run(order))
-                    .is_some()
-                {
-                    return Some(r);
+            let mut best: Option<(u16, PbRef)> = None;
+            let mut from = 1;
+            while let Some((b, head)) = self.buckets[class.index()].first_from(band, from) {
+                let mut cur = head;
+                while let Some(r) = PbRef::unpack(cur) {
+                    let h = self.meta.pb(r)?;
+                    cur = h.next;
+                    if best.is_some_and(|(f, _)| f >= h.free) || h.free < 1 << order {
+                        continue;
+                    }
+                    if self
+                        .meta
+                        .plane(r, Which::Alloc)
+                        .and_then(|p| p.find_clear_run(order))
+                        .is_some()
+                    {
+                        best = Some((h.free, r));
+                    }
                 }
+                from = b + 1;
+            }
+            if let Some((_, r)) = best {
+                return Some(r);
             }
         }
         None
@@ -1088,4 +1153,14 @@ impl FreeArea {
             }
         }
     }
+}
+
+/// How [`FreeArea::fullest`]'s walk ended.
+enum Walk {
+    /// The pageblock the caller's test took.
+    Took(PbRef),
+    /// The caller's test stopped the walk.
+    GaveUp,
+    /// No pageblock from the starting count up was taken.
+    Exhausted,
 }

@@ -753,3 +753,309 @@ fn a_boots_whole_sections_come_out_last_freed_first() {
     assert_eq!(got, expected);
     m.check_invariants().unwrap();
 }
+
+/// `unusable_pages` at every order 0..=9, counted plainly from which frames of `range` are
+/// busy (held by the test or kept by the allocator): Linux's `free - free in aligned free
+/// blocks of at least 2^k frames`.
+fn unusable_oracle(busy: &std::collections::BTreeSet<u64>, range: PhysRange) -> (u64, Vec<u64>) {
+    let (lo, hi) = (range.start().get(), range.end().get());
+    let free = (lo..hi).filter(|p| !busy.contains(p)).count() as u64;
+    let per_order = (0..=9u32)
+        .map(|k| {
+            let len = 1u64 << k;
+            let whole = (lo.div_ceil(len)..hi / len)
+                .filter(|b| (b * len..(b + 1) * len).all(|p| !busy.contains(&p)))
+                .count() as u64
+                * len;
+            free - whole
+        })
+        .collect();
+    (free, per_order)
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "placement over thousands of frames")]
+fn unusable_index_counts_a_spare_pageblock_once() {
+    let spec = Spec::uniform(1, 8 * 512, 0);
+    let range = spec.ranges[0].range;
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    // The frames the allocator keeps: those a fill does not hand out.
+    let all = fill(&m);
+    let handed: std::collections::BTreeSet<u64> = all.iter().map(|p| p.get()).collect();
+    let kept: std::collections::BTreeSet<u64> = (range.start().get()..range.end().get())
+        .filter(|p| !handed.contains(p))
+        .collect();
+    // Keep two pageblocks the test holds wholly: free every other frame of one (256 lone free
+    // frames, no free aligned pair) and all of the other (it becomes its class's spare).
+    let pbs = by_pageblock(&all);
+    let full: Vec<u64> = pbs
+        .iter()
+        .filter(|(_, c)| **c == 512)
+        .map(|(pb, _)| *pb)
+        .collect();
+    assert!(full.len() >= 2, "{pbs:?}");
+    let (a, b) = (full[0], full[1]);
+    let mut held = Vec::new();
+    let mut free_now = Vec::new();
+    for p in all {
+        let pb = p.get() >> 9;
+        if pb == a && p.get() % 2 == 1 || pb == b {
+            free_now.push(p);
+        } else if pb == a {
+            held.push(p);
+        } else {
+            free_now.push(p);
+        }
+    }
+    // Free everything but pageblock `a`'s even frames, frame by frame.
+    for p in free_now {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+    let mut busy = kept.clone();
+    busy.extend(held.iter().map(|p| p.get()));
+    let (free, want) = unusable_oracle(&busy, range);
+    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Dma32);
+    assert_eq!(
+        zone.counters().free,
+        free,
+        "the record and the zone agree on free frames"
+    );
+    let got: Vec<u64> = (0..=9u8)
+        .map(|k| zone.unusable_index(Order::new(k)).unusable_pages)
+        .collect();
+    assert_eq!(
+        got, want,
+        "unusable pages by order 0..=9 (zone vs plain recount)"
+    );
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
+/// Holds every frame of node 0, then frees frames 0 and 1 (in that order) of one pageblock the
+/// test held wholly; returns the held frames and that pageblock's first frame.
+fn a_free_pair_freed_frame_by_frame(m: &Machine<'_>) -> (Vec<Pfn>, u64) {
+    let mut held = fill(m);
+    let pbs = by_pageblock(&held);
+    let pb = *pbs.iter().find(|(_, c)| **c == 512).unwrap().0;
+    let base = pb << 9;
+    for off in [0u64, 1] {
+        let i = held.iter().position(|p| p.get() == base + off).unwrap();
+        m.free(held.swap_remove(i), Order::ZERO).unwrap();
+    }
+    (held, base)
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "placement over thousands of frames")]
+fn an_order_1_request_finds_a_free_pair_freed_frame_by_frame() {
+    let spec = Spec::uniform(1, 8 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let (held, base) = a_free_pair_freed_frame_by_frame(&m);
+    m.check_invariants().unwrap();
+    // The only free frames of the zone form one free aligned pair.
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), 2);
+    assert_eq!(
+        m.node(n(0)).unwrap().zone(ZoneKind::Dma32).buddyinfo()[1],
+        1,
+        "buddyinfo shows the free pair"
+    );
+    let got = m.alloc(n(0), Order::new(1), AllocFlags::empty());
+    assert_eq!(
+        got,
+        Some(Pfn::new(base)),
+        "the free aligned pair is handed out"
+    );
+    m.free(got.unwrap(), Order::new(1)).unwrap();
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "placement over thousands of frames")]
+fn an_order_1_request_breaks_no_free_pageblock_while_a_split_one_can_serve() {
+    let spec = Spec::uniform(1, 8 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let (mut held, base) = a_free_pair_freed_frame_by_frame(&m);
+    // Free a whole other pageblock the test held, in one order-9 worth of frees: it merges
+    // back into the buddy (a free pageblock, the class's spare at first).
+    let pbs = by_pageblock(&held);
+    let other = *pbs
+        .iter()
+        .find(|(pb, c)| **c == 512 && **pb != base >> 9)
+        .unwrap()
+        .0;
+    held.retain(|p| {
+        let mine = p.get() >> 9 == other;
+        if mine {
+            m.free(*p, Order::ZERO).unwrap();
+        }
+        !mine
+    });
+    m.check_invariants().unwrap();
+    // The split pageblock `base` can serve an order-1 request: it must not go to `other`.
+    let got = m.alloc(n(0), Order::new(1), AllocFlags::empty()).unwrap();
+    assert_eq!(
+        got.get() >> 9,
+        base >> 9,
+        "an order-1 block from the wholly free pageblock {other:#x} while the split one {:#x} has a free pair",
+        base >> 9
+    );
+    m.free(got, Order::new(1)).unwrap();
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
+/// Node 0 wholly held: every pageblock long-lived but two, `p` and `q`, which serve
+/// short-lived frames (the first claimed, the second stolen as the long-lived spare).
+/// Returns the long-lived frames, and the short-lived ones of `p` and of `q`.
+fn two_short_lived_pageblocks(m: &Machine<'_>) -> (Vec<Pfn>, Vec<Pfn>, Vec<Pfn>) {
+    let mut long = fill(m);
+    let pbs = by_pageblock(&long);
+    let whole: Vec<u64> = pbs
+        .iter()
+        .filter(|(_, c)| **c == 512)
+        .map(|(pb, _)| *pb)
+        .collect();
+    let (p, q) = (whole[0], whole[1]);
+    long.retain(|x| {
+        let mine = x.get() >> 9 == p || x.get() >> 9 == q;
+        if mine {
+            m.free(*x, Order::ZERO).unwrap();
+        }
+        !mine
+    });
+    let short: Vec<Pfn> = (0..1024)
+        .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::SHORT_LIVED).unwrap())
+        .collect();
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), 0);
+    let (sp, sq): (Vec<Pfn>, Vec<Pfn>) = short.into_iter().partition(|x| x.get() >> 9 == p);
+    assert_eq!((sp.len(), sq.len()), (512, 512));
+    (long, sp, sq)
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "placement over thousands of frames")]
+fn a_steal_finds_the_other_class_pageblock_that_can_serve() {
+    let spec = Spec::uniform(1, 8 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let (long, mut sp, mut sq) = two_short_lived_pageblocks(&m);
+    // `p`: frames 1, 3 and 5 free (no free pair); `q`: frames 0 and 1 free (a free pair).
+    let base_p = sp[0].get() & !511;
+    let base_q = sq[0].get() & !511;
+    let take = |v: &mut Vec<Pfn>, offs: &[u64], base: u64| -> Vec<Pfn> {
+        offs.iter()
+            .map(|o| v.swap_remove(v.iter().position(|x| x.get() == base + o).unwrap()))
+            .collect()
+    };
+    m.free_bulk(&take(&mut sp, &[1, 3, 5], base_p)).unwrap();
+    m.free_bulk(&take(&mut sq, &[0, 1], base_q)).unwrap();
+    m.check_invariants().unwrap();
+    // Long-lived memory is all taken and no pageblock is free: an order-1 long-lived request
+    // steals the short-lived pageblock that has a free pair.
+    let got = m.alloc(n(0), Order::new(1), AllocFlags::empty());
+    assert_eq!(
+        got,
+        Some(Pfn::new(base_q)),
+        "the free pair of the other class is stolen"
+    );
+    m.free(got.unwrap(), Order::new(1)).unwrap();
+    for x in long.into_iter().chain(sp).chain(sq) {
+        m.free(x, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "placement over thousands of frames")]
+fn a_steal_takes_the_other_class_pageblock_with_the_most_free_frames() {
+    let spec = Spec::uniform(1, 8 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let (long, mut sp, mut sq) = two_short_lived_pageblocks(&m);
+    // `p` gets 200 free frames one free at a time, `q` 10 in one bulk free.
+    let p_freed: Vec<Pfn> = sp.drain(..200).collect();
+    for x in &p_freed {
+        m.free(*x, Order::ZERO).unwrap();
+    }
+    m.free_bulk(&sq.drain(..10).collect::<Vec<_>>()).unwrap();
+    m.check_invariants().unwrap();
+    let base_p = p_freed[0].get() >> 9;
+    let got = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+    assert_eq!(
+        got.get() >> 9,
+        base_p,
+        "the steal took a pageblock with 10 free frames over one with 200"
+    );
+    m.free(got, Order::ZERO).unwrap();
+    for x in long.into_iter().chain(sp).chain(sq) {
+        m.free(x, Order::ZERO).unwrap();
+    }
+    m.check_invariants().unwrap();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "placement over thousands of frames")]
+fn a_zone_without_free_memory_is_wholly_unusable_as_in_linux() {
+    // Linux's `unusable_free_index`: "No free memory is interpreted as all free memory is
+    // unusable" (it returns 1000, printed 1.000).
+    let spec = Spec::uniform(1, 8 * 512, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let held = fill(&m);
+    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Dma32);
+    assert_eq!(zone.counters().free, 0);
+    for k in [0u8, 9, 18] {
+        let idx = zone.unusable_index(Order::new(k));
+        assert_eq!(
+            (idx.thousandths(), std::format!("{idx}")),
+            (1000, "1.000".into()),
+            "order {k}"
+        );
+    }
+    m.free_bulk(&held).unwrap();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "placement over thousands of frames")]
+fn the_invariant_walk_catches_a_full_pageblock_that_records_a_bucket() {
+    use crate::meta::PbState;
+    let spec = Spec::uniform(1, 3 << 18, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let held: Vec<Pfn> = (0..1500)
+        .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    m.check_invariants().unwrap();
+    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Dma32);
+    // A full split pageblock: in no bucket, so its header records none.
+    let full = zone.with_area(|a| {
+        let mut found = None;
+        a.for_each_split(|r, h, _| {
+            if h.state == PbState::Split && h.free == 0 && found.is_none() {
+                found = Some(r);
+            }
+        });
+        found
+    });
+    let r = full.expect("a full split pageblock");
+    // Its header records bucket 7 of band 0, whose list does not hold it. A bulk free into it
+    // would then leave it in no bucket (`resettle` inserts only a pageblock that records none),
+    // and an unlink of it would clear bucket 7's head.
+    zone.with_area(|a| a.meta.update_pb(r, |h| h.bucket = 7));
+    let caught = m.check_invariants().is_err();
+    zone.with_area(|a| a.meta.update_pb(r, |h| h.bucket = 0));
+    m.check_invariants().unwrap();
+    m.free_bulk(&held).unwrap();
+    assert!(caught, "a full pageblock recording a bucket it is not in");
+}
