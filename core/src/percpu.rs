@@ -319,6 +319,8 @@ impl<'a> PerCpu<'a> {
 /// Who asked for a cached allocation, for numastat.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Asker {
+    /// The node numastat takes as preferred: the first node of the walk the request may use
+    /// (see `Machine::counted`).
     pub(crate) preferred: NodeId,
     pub(crate) interleave: bool,
 }

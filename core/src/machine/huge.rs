@@ -63,8 +63,10 @@ impl<'a> Machine<'a> {
                 }
                 for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
                     let zone = self.nodes[node.index()].zone(kind);
-                    if let Some(got) = zone.pool_take(size.order(), req.events(node)) {
-                        count_foreign(self.nodes, req.preferred, node, 1);
+                    if let Some(got) =
+                        zone.pool_take(size.order(), req.events(node, self.counted(req, node)))
+                    {
+                        count_foreign(self.nodes, self.counted(req, node), node, 1);
                         return Some(self.zeroed(req.flags, size.order().frames(), got));
                     }
                 }

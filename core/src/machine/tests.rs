@@ -751,3 +751,108 @@ fn interleave_skips_nodes_without_memory_as_linux_does() {
         );
     }
 }
+// Linux's `zone_statistics()` compares the landing zone's node with the node of
+// `ac->preferred_zoneref`, which `finalise_ac()` sets to `first_zones_zonelist(zonelist,
+// highest_zoneidx, nodemask)`: the first zone of the walk that the request may use ("The
+// preferred zone is used for statistics"). So an `MPOL_BIND` allocation from a CPU outside
+// the mask that lands on the mask's first node is a `numa_hit` there (`numactl --membind=1`
+// on node 0 counts hits on node 1, never misses); a CPU of a memoryless node prefers its
+// nearest node with memory (its zonelist has no zone of its own); and a `GFP_DMA32` request
+// from a node without `Dma32` memory prefers the first node that has some.
+
+/// numastat deltas `[hit, miss, foreign, local, other]` from `a` to `b`.
+fn delta(a: NumaStat, b: NumaStat) -> [u64; 5] {
+    [
+        b.numa_hit - a.numa_hit,
+        b.numa_miss - a.numa_miss,
+        b.numa_foreign - a.numa_foreign,
+        b.local_node - a.local_node,
+        b.other_node - a.other_node,
+    ]
+}
+
+/// (a) Bind({1}) from a CPU of node 0, with node 1 free: Linux counts a hit on node 1 (and
+/// `other_node`), nothing on node 0.
+#[test]
+fn numastat_bind_outside_the_cpus_node_counts_hits() {
+    use crate::policy::{Policy, TaskPolicy};
+    let d = delta;
+    let spec = Spec::uniform(2, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let (b0, b1) = (m.numastat(n(0)).unwrap(), m.numastat(n(1)).unwrap());
+    let mut bind = TaskPolicy::new(&m, Policy::Bind(NodeMask::from_nodes([n(1)])), false).unwrap();
+    let p = bind
+        .alloc(&m, n(0), Order::ZERO, AllocFlags::empty())
+        .unwrap();
+    assert_eq!(m.node_of(p), Some(n(1)));
+    let (a0, a1) = (m.numastat(n(0)).unwrap(), m.numastat(n(1)).unwrap());
+    // hit, miss, foreign, local, other
+    assert_eq!(
+        d(b1, a1),
+        [1, 0, 0, 0, 1],
+        "bind: node 1 as Linux counts it"
+    );
+    assert_eq!(
+        d(b0, a0),
+        [0, 0, 0, 0, 0],
+        "bind: node 0 as Linux counts it"
+    );
+}
+
+/// (b) A CPU of memoryless node 2: its zonelist has no zone of its own, so its preferred
+/// zone is its nearest node with memory, where its allocations are hits.
+#[test]
+fn numastat_memoryless_cpu_node_counts_hits_on_its_nearest_node() {
+    let d = delta;
+    let mut spec = Spec::uniform(3, 2048, 0);
+    spec.infos[2].has_memory = false;
+    spec.ranges.pop();
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(2)]);
+    let mut row = [NodeId::default(); 3];
+    m.fallback_order(n(2), &mut row);
+    let first = row[0];
+    let before: Vec<NumaStat> = (0..3).map(|i| m.numastat(n(i)).unwrap()).collect();
+    let p = m
+        .alloc_cpu(m.cpu(0).unwrap(), Order::ZERO, AllocFlags::empty())
+        .unwrap();
+    assert_eq!(m.node_of(p), Some(first));
+    let q = m.alloc(n(2), Order::ZERO, AllocFlags::empty()).unwrap();
+    assert_eq!(m.node_of(q), Some(first));
+    let after: Vec<NumaStat> = (0..3).map(|i| m.numastat(n(i)).unwrap()).collect();
+    assert_eq!(
+        d(before[first.index()], after[first.index()]),
+        [2, 0, 0, 0, 2],
+        "memoryless CPU node: hits on its nearest node with memory"
+    );
+    assert_eq!(
+        d(before[2], after[2]),
+        [0, 0, 0, 0, 0],
+        "a memoryless node is never anyone's preferred zone"
+    );
+}
+
+/// (c) A DMA32 request from node 1, all of whose memory is above 4 GiB: node 0's `Dma32` is
+/// the first zone it may use (`highest_zoneidx` is DMA32), so it is a hit there.
+#[test]
+fn numastat_dma32_from_a_node_without_dma32_counts_a_hit() {
+    let d = delta;
+    let spec = Spec::uniform(2, 600, (1 << 20) - 600);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    assert_eq!(
+        m.node(n(1))
+            .unwrap()
+            .zone(ZoneKind::Dma32)
+            .counters()
+            .managed,
+        0
+    );
+    let (b0, b1) = (m.numastat(n(0)).unwrap(), m.numastat(n(1)).unwrap());
+    let p = m.alloc(n(1), Order::ZERO, AllocFlags::DMA32).unwrap();
+    assert_eq!(m.node_of(p), Some(n(0)));
+    let (a0, a1) = (m.numastat(n(0)).unwrap(), m.numastat(n(1)).unwrap());
+    assert_eq!(d(b0, a0), [1, 0, 0, 0, 1], "DMA32: a hit on node 0");
+    assert_eq!(d(b1, a1), [0, 0, 0, 0, 0], "DMA32: nothing on node 1");
+}

@@ -68,9 +68,15 @@ impl<'f> Request<'f> {
     }
 
     /// The numastat events an allocation for the request makes on `got`, the node it landed
-    /// on (its zone counts them under its lock).
-    pub(crate) fn events(&self, got: NodeId) -> OwnEvents {
-        OwnEvents::of(self.cpu_node, self.preferred, got, self.interleave)
+    /// on (its zone counts them under its lock), where `counted` is the request's preferred
+    /// node for numastat ([`Machine::counted`]).
+    pub(crate) fn events(&self, got: NodeId, counted: NodeId) -> OwnEvents {
+        OwnEvents::of(
+            self.cpu_node,
+            counted,
+            got,
+            self.interleave && got == self.preferred,
+        )
     }
 
     /// The lifetime class the request's pageblocks serve.
@@ -128,6 +134,42 @@ pub(crate) fn zones(flags: AllocFlags) -> &'static [ZoneKind] {
 }
 
 impl<'a> Machine<'a> {
+    /// The node numastat takes as `req`'s preferred one for an allocation that landed on
+    /// `got`: the node of the first zone the walk may use (in the request's filter, with
+    /// memory in a zone its flags allow), as Linux's `finalise_ac()` sets the preferred zone
+    /// (`first_zones_zonelist(zonelist, highest_zoneidx, nodemask)`, "used for statistics")
+    /// that `zone_statistics()` compares with. Landing on `req.preferred` means it is that
+    /// node (a node with memory heads its own list), so only a landing elsewhere reads the
+    /// layout.
+    #[inline]
+    pub(crate) fn counted(&self, req: &Request<'_>, got: NodeId) -> NodeId {
+        if got == req.preferred {
+            got
+        } else {
+            self.first_usable(req)
+        }
+    }
+
+    /// The first node of `req`'s list it may use (see [`Machine::counted`]).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn first_usable(&self, req: &Request<'_>) -> NodeId {
+        let usable = |node: NodeId| {
+            req.allows(node)
+                && self
+                    .nodes
+                    .get(node.index())
+                    .is_some_and(|n| zones(req.flags).iter().any(|&k| n.zone(k).has_memory()))
+        };
+        let list = self
+            .layout
+            .list(req.preferred, req.flags.contains(AllocFlags::THISNODE));
+        (0..list.len())
+            .filter_map(|i| list.get(i))
+            .find(|&node| usable(node))
+            .unwrap_or(req.preferred)
+    }
+
     /// Allocates a block of `order`, preferring `node`, on behalf of a CPU of `node`.
     #[must_use = "dropping the frame leaks it"]
     pub fn alloc(&self, node: NodeId, order: Order, flags: AllocFlags) -> Option<Pfn> {
@@ -158,9 +200,15 @@ impl<'a> Machine<'a> {
             return None;
         }
         let (got, node) = self.walk_with(req, |node, zone, mark| {
-            zone.alloc(req.order, mark, req.class(), zero, Some(req.events(node)))
+            zone.alloc(
+                req.order,
+                mark,
+                req.class(),
+                zero,
+                Some(req.events(node, self.counted(req, node))),
+            )
         })?;
-        count_foreign(self.nodes, req.preferred, node, 1);
+        count_foreign(self.nodes, self.counted(req, node), node, 1);
         Some(self.zeroed(req.flags, req.order.frames(), got))
     }
 
@@ -463,9 +511,9 @@ impl<'a> Machine<'a> {
                             mark,
                             req.class(),
                             split,
-                            req.events(node),
+                            req.events(node, self.counted(req, node)),
                         );
-                        count_foreign(self.nodes, req.preferred, node, got as u64);
+                        count_foreign(self.nodes, self.counted(req, node), node, got as u64);
                         // The zone's lock is dropped: clear the dirty frames it placed last (and
                         // in the poison mode check every frame first).
                         let clean = got - dirty;
