@@ -252,10 +252,6 @@ fn scrub_nearby(machine: &Machine<'_>, cpu_node: NodeId) {
 
 /// Where a CPU other than the boot CPU goes once it has a stack: it joins the SMP run as
 /// participant `slot`, then waits for the boot CPU to stop the machine.
-#[cfg_attr(
-    target_arch = "x86_64",
-    allow(dead_code, reason = "only aarch64 starts CPUs")
-)]
 pub fn secondary(slot: usize) -> ! {
     match SMP.get() {
         Some(smp) => smp.run(slot),

@@ -239,10 +239,6 @@ impl<'m, 'a> Smp<'m, 'a> {
     }
 
     /// The machine CPU index of `slot`.
-    #[cfg_attr(
-        target_arch = "x86_64",
-        allow(dead_code, reason = "only aarch64 starts CPUs")
-    )]
     pub fn cpu_of(&self, slot: usize) -> Option<usize> {
         self.cpus.get(slot).copied()
     }

@@ -1,22 +1,26 @@
 //! ACPI through rust-osdev's `acpi` crate, without its `alloc` feature: the handler the crate
-//! needs, and the NUMA layout from SRAT and SLIT, read under Linux's rules ([`crate::srat`]).
+//! needs, the NUMA layout from SRAT and SLIT, read under Linux's rules ([`crate::srat`]), and the
+//! processors from the MADT.
 //!
 //! The crate finds and maps the tables from the RSDP. Its SRAT and SLIT accessors are wrong in
 //! this version (and on its main branch), so the kernel reads those tables' bodies itself: the
 //! SRAT's subtables through [`crate::srat::entries`] (the crate's iterator reads each
 //! subtable's one-byte length as two bytes), and the SLIT's matrix (`Slit::matrix_raw` squares
 //! the entry count twice in its size check and returns an empty matrix for every table of more
-//! than one domain).
+//! than one domain). The crate's processor list (`platform::ProcessorInfo`) needs its `alloc`
+//! feature, which needs nightly (`allocator_api`), so the processors come from the crate's MADT
+//! entry iterator instead.
 
 use core::mem::size_of;
 use core::ptr::{self, NonNull};
 
+use acpi::sdt::madt::{Madt, MadtEntry};
 use acpi::sdt::slit::Slit;
 use acpi::sdt::srat::Srat;
 use acpi::{AcpiTables, HpetInfo, PciAddress, RawPhysicalMapping};
 
 use super::io;
-use crate::boot::MAX_NODES;
+use crate::boot::{MAX_CPUS, MAX_NODES};
 use crate::kernel::{Console, fail};
 use crate::srat::{self, Layout, SratError};
 
@@ -62,6 +66,13 @@ fn start_hpet(tables: &AcpiTables<Handler>) {
 /// The address range the HPET's registers take, once it runs.
 pub fn hpet_registers() -> Option<(u64, u64)> {
     HPET.get().map(|h| (h.base as u64, 1024))
+}
+
+/// Nanoseconds on the HPET's main counter, if the machine has an HPET.
+pub fn hpet_nanos() -> Option<u64> {
+    let h = HPET.get()?;
+    let ticks: u64 = read_mmio(h.base + 0xf0);
+    Some((u128::from(ticks) * u128::from(h.femtos_per_tick) / 1_000_000) as u64)
 }
 
 impl acpi::Handler for Handler {
@@ -156,11 +167,10 @@ impl acpi::Handler for Handler {
     }
 
     fn nanos_since_boot(&self) -> u64 {
-        let Some(h) = HPET.get() else {
+        let Some(now) = hpet_nanos() else {
             fail!("ACPI asked for the time, and the machine has no HPET")
         };
-        let ticks: u64 = read_mmio(h.base + 0xf0);
-        (u128::from(ticks) * u128::from(h.femtos_per_tick) / 1_000_000) as u64
+        now
     }
 
     fn stall(&self, microseconds: u64) {
@@ -183,6 +193,27 @@ pub struct Numa {
     pub distances: [u8; MAX_NODES * MAX_NODES],
 }
 
+/// The enabled processors of the MADT by local APIC id, in table order.
+pub struct Processors {
+    ids: [u32; MAX_CPUS],
+    len: usize,
+}
+
+impl Processors {
+    /// The APIC ids, in table order.
+    pub fn apic_ids(&self) -> &[u32] {
+        &self.ids[..self.len]
+    }
+}
+
+/// What the kernel takes from ACPI.
+pub struct Firmware {
+    /// The NUMA layout; `None` without an SRAT.
+    pub numa: Option<Numa>,
+    /// The processors; `None` without a MADT.
+    pub processors: Option<Processors>,
+}
+
 /// What went wrong reading ACPI.
 #[derive(Debug)]
 pub enum AcpiFailure {
@@ -190,6 +221,8 @@ pub enum AcpiFailure {
     Tables(acpi::AcpiError),
     /// The SRAT does not fit.
     Srat(SratError),
+    /// The MADT lists more enabled processors than [`MAX_CPUS`].
+    TooManyCpus,
 }
 
 impl core::fmt::Display for AcpiFailure {
@@ -197,20 +230,58 @@ impl core::fmt::Display for AcpiFailure {
         match self {
             AcpiFailure::Tables(e) => write!(f, "ACPI tables: {e:?}"),
             AcpiFailure::Srat(e) => write!(f, "{e}"),
+            AcpiFailure::TooManyCpus => write!(f, "MADT: more than {MAX_CPUS} processors"),
         }
     }
 }
 
-/// Reads the tables from the RSDP at `rsdp`, starts the HPET, and returns the NUMA layout, or
-/// `None` when there is no SRAT (a machine without NUMA). Prints Linux's SRAT and SLIT lines.
+/// Reads the tables from the RSDP at `rsdp`, starts the HPET, and returns the NUMA layout and
+/// the processors. Prints Linux's SRAT and SLIT lines.
 ///
 /// # Errors
 /// An [`AcpiFailure`] for tables the crate or this kernel cannot take.
-pub fn read_numa(rsdp: usize) -> Result<Option<Numa>, AcpiFailure> {
+pub fn read(rsdp: usize) -> Result<Firmware, AcpiFailure> {
     // SAFETY: `rsdp` is the RSDP's address as the boot information gives it; the crate checks
     // its signature before it follows any pointer in it.
     let tables = unsafe { AcpiTables::from_rsdp(Handler, rsdp) }.map_err(AcpiFailure::Tables)?;
     start_hpet(&tables);
+    Ok(Firmware {
+        numa: read_numa(&tables)?,
+        processors: read_processors(&tables)?,
+    })
+}
+
+/// The enabled processors of the MADT's local APIC and local x2APIC entries, each APIC id
+/// once, in table order (the order Linux numbers CPUs in); `None` without a MADT.
+fn read_processors(tables: &AcpiTables<Handler>) -> Result<Option<Processors>, AcpiFailure> {
+    let Some(madt) = tables.find_table::<Madt>() else {
+        return Ok(None);
+    };
+    let mut p = Processors {
+        ids: [0; MAX_CPUS],
+        len: 0,
+    };
+    for entry in madt.get().entries() {
+        let (id, flags) = match entry {
+            MadtEntry::LocalApic(e) => (u32::from(e.apic_id), e.flags),
+            MadtEntry::LocalX2Apic(e) => (e.x2apic_id, e.flags),
+            _ => continue,
+        };
+        // Bit 0 is "enabled"; a processor with only "online capable" (bit 1) is a hot-plug
+        // slot, not started at boot, as Linux leaves it.
+        if flags & 1 == 0 || p.apic_ids().contains(&id) {
+            continue;
+        }
+        let slot = p.ids.get_mut(p.len).ok_or(AcpiFailure::TooManyCpus)?;
+        *slot = id;
+        p.len += 1;
+    }
+    Ok(Some(p))
+}
+
+/// The NUMA layout from SRAT and SLIT, or `None` when there is no SRAT (a machine without
+/// NUMA).
+fn read_numa(tables: &AcpiTables<Handler>) -> Result<Option<Numa>, AcpiFailure> {
     let Some(srat) = tables.find_table::<Srat>() else {
         return Ok(None);
     };

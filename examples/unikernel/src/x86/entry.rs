@@ -1,5 +1,6 @@
-//! The PVH entry: the Xen ELF note that tells QEMU where to enter, the switch from 32-bit
-//! protected mode to long mode over a boot identity map, and the exception vectors.
+//! The entries: the PVH entry of the boot CPU, the real-mode trampoline the other CPUs start
+//! in, the switch from 32-bit protected mode to long mode over a boot identity map that both
+//! share, and the exception vectors.
 //!
 //! QEMU's `-kernel` boots an ELF that carries a `XEN_ELFNOTE_PHYS32_ENTRY` note through its
 //! PVH option ROM: flat 32-bit protected mode, paging off, interrupts off, `ebx` holding the
@@ -7,6 +8,15 @@
 //! 64 GiB with 2 MiB pages (tables in `.bss`, see `link-x86_64.ld`), enables PAE, long mode and
 //! paging, loads a 64-bit GDT and calls `kmain(start_info)` on the image's stack. numaframe's
 //! metadata and frames are reached through that map until `paging` replaces it.
+//!
+//! Another CPU starts from a STARTUP IPI in 16-bit real mode at offset 0 of the page the IPI
+//! names, with `cs` that page's segment. `smp` copies the trampoline (`ap_trampoline` ..
+//! `ap_trampoline_end`, position-independent: it uses only `cs`-relative and absolute addresses
+//! below 4 GiB) to a page below 1 MiB. It loads the boot GDT, turns protection on and jumps into
+//! the image in 32-bit mode, where the CPU takes the boot CPU's way into long mode over the boot
+//! map (the boot CPU's own tables may lie above 4 GiB, out of reach of a 32-bit `cr3` load).
+//! In long mode it loads the boot CPU's CR3, stack top, SMP slot and machine CPU index from
+//! `smp::START` and calls `smp::ap_main(slot, cpu)`.
 
 use core::arch::{asm, global_asm};
 
@@ -27,7 +37,72 @@ global_asm!(
     .quad _pvh_start
     .popsection
 
+    /* From 32-bit protected mode with paging off: the boot map in CR3, PAE, long mode and
+       paging on, the boot GDT, and a far jump to the 64-bit code at `target`. */
+    .macro enter_long_mode target
+    mov     $boot_pml4, %eax
+    mov     %eax, %cr3
+    mov     %cr4, %eax
+    or      $0x20, %eax
+    mov     %eax, %cr4
+    mov     $0xc0000080, %ecx
+    rdmsr
+    or      $0x100, %eax
+    wrmsr
+    mov     %cr0, %eax
+    or      $0x80000001, %eax
+    mov     %eax, %cr0
+    lgdt    boot_gdt_ptr
+    ljmp    $0x08, $\target
+    .endm
+
+    /* The other CPUs' real-mode start, copied below 1 MiB by `smp`. */
+    .pushsection .rodata.ap_trampoline, "a"
+    .code16
+    .balign 16
+    .global ap_trampoline
+    .global ap_trampoline_end
+ap_trampoline:
+    cli
+    cld
+    mov     %cs, %ax
+    mov     %ax, %ds
+    lgdtl   ap_gdt_ptr - ap_trampoline
+    /* Protection on, and nothing else: INIT leaves the caches off (CD and NW set in CR0). */
+    mov     $0x11, %eax
+    mov     %eax, %cr0
+    ljmpl   $0x18, $ap_protected
+    .balign 4
+ap_gdt_ptr:
+    .word   boot_gdt_ptr - boot_gdt - 1
+    .long   boot_gdt
+ap_trampoline_end:
+    .popsection
+
     .pushsection .text.boot, "ax"
+    .code32
+ap_protected:
+    mov     $0x10, %ax
+    mov     %ax, %ds
+    mov     %ax, %es
+    mov     %ax, %ss
+    enter_long_mode 6f
+
+    .code64
+6:  mov     $0x10, %ax
+    mov     %ax, %ds
+    mov     %ax, %es
+    mov     %ax, %ss
+    mov     %ax, %fs
+    mov     %ax, %gs
+    mov     {start}(%rip), %rax
+    mov     %rax, %cr3
+    mov     {start}+8(%rip), %rsp
+    mov     {start}+16(%rip), %rdi
+    mov     {start}+24(%rip), %rsi
+    call    {ap_main}
+    jmp     4f
+
     .code32
     .global _pvh_start
 _pvh_start:
@@ -67,20 +142,7 @@ _pvh_start:
     or      $0x3, %eax
     mov     %eax, boot_pml4
 
-    mov     $boot_pml4, %eax
-    mov     %eax, %cr3
-    mov     %cr4, %eax
-    or      $0x20, %eax
-    mov     %eax, %cr4
-    mov     $0xc0000080, %ecx
-    rdmsr
-    or      $0x100, %eax
-    wrmsr
-    mov     %cr0, %eax
-    or      $0x80000001, %eax
-    mov     %eax, %cr0
-    lgdt    boot_gdt_ptr
-    ljmp    $0x08, $3f
+    enter_long_mode 3f
 
     .code64
 3:  mov     $0x10, %ax
@@ -132,12 +194,16 @@ boot_gdt:
     .quad 0
     .quad 0x00af9a000000ffff
     .quad 0x00cf92000000ffff
+    /* 0x18: 32-bit code, for the other CPUs' way from real mode. */
+    .quad 0x00cf9a000000ffff
 boot_gdt_ptr:
     .word boot_gdt_ptr - boot_gdt - 1
     .long boot_gdt
     .popsection
 "#,
     kmain = sym super::kmain,
+    start = sym super::smp::START,
+    ap_main = sym super::smp::ap_main,
     exception = sym exception,
     options(att_syntax)
 );
@@ -180,5 +246,8 @@ pub fn install_exception_vectors() {
 }
 
 extern "C" fn exception(vector: u64, error: u64, rip: u64, cr2: u64) -> ! {
-    fail!("exception {vector}: error code {error:#x} RIP {rip:#x} CR2 {cr2:#x}")
+    fail!(
+        "cpu{}: exception {vector}: error code {error:#x} RIP {rip:#x} CR2 {cr2:#x}",
+        super::cpu::cpu_index()
+    )
 }

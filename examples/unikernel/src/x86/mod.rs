@@ -4,22 +4,26 @@
 //! The boot information (`hvm_start_info`, version 1) gives the memory map, the command line
 //! and the RSDP. The kernel boots numaframe over the RAM the map lists, node by node as the
 //! SRAT says, minus the first MiB and its own image; then it replaces the boot map with page
-//! tables built from numaframe frames ([`paging`]). Only the boot CPU runs: the others stay in
-//! their wait-for-SIPI state (no INIT-SIPI-SIPI), so the SMP run has one participant here.
+//! tables built from numaframe frames ([`paging`]). The CPUs are the MADT's enabled processors,
+//! each on the node the SRAT gives its APIC id; the boot CPU starts the others with
+//! INIT-SIPI-SIPI through a trampoline below 1 MiB ([`smp`]), and all run the SMP workload.
 
 mod acpi;
+mod cpu;
 mod entry;
 mod io;
+mod lapic;
 mod paging;
+mod smp;
 
-use alloc::vec;
 use alloc::vec::Vec;
 use core::arch::asm;
+use core::mem::size_of;
 use core::ptr::{self, NonNull};
 
 use numaframe::{
-    BootOptions, FrameClearer, Machine, MemoryRange, NodeId, NodeInfo, PhysMemory, PhysRange,
-    Topology,
+    BootOptions, FrameClearer, Machine, MemoryRange, NodeId, NodeInfo, PAGE_SIZE, PhysMemory,
+    PhysRange, Topology,
 };
 
 use crate::boot::{self, MAX_CPUS, MAX_NODES, MAX_RANGES, Options};
@@ -34,6 +38,10 @@ const E820_ACPI: u32 = 3;
 const E820_NVS: u32 = 4;
 /// Memory-map entries the kernel keeps.
 const MAX_MEMMAP: usize = 64;
+/// The most bytes of the command line the kernel reads.
+const CMDLINE_BYTES: usize = 1024;
+/// Bytes of an ACPI 2.0 RSDP.
+const RSDP_BYTES: u64 = 36;
 
 /// The boot information of the PVH boot protocol (`struct hvm_start_info`, version 1).
 #[repr(C)]
@@ -66,12 +74,9 @@ pub fn write_console(s: &str) {
     io::serial_write(s);
 }
 
-/// The boot CPU's machine index: the only CPU that runs.
-static BOOT_CPU: spin::Once<usize> = spin::Once::new();
-
-/// The machine CPU index of the running CPU (only the boot CPU runs).
+/// The machine CPU index of the running CPU (0 until the boot CPU knows its own).
 pub fn cpu_index() -> usize {
-    BOOT_CPU.get().copied().unwrap_or(0)
+    cpu::cpu_index()
 }
 
 /// Stops the machine through `isa-debug-exit`: QEMU exits 33 on success, 35 on failure.
@@ -93,13 +98,18 @@ pub fn park() -> ! {
     }
 }
 
-/// The SMP run's participants: the boot CPU alone (the others are not started).
-pub fn start_cpus(_machine: &Machine<'_>, boot_cpu: usize) -> Vec<usize> {
-    vec![boot_cpu]
+/// Gives every other CPU a stack; returns the SMP participants, the boot CPU first.
+pub fn start_cpus(machine: &Machine<'_>, boot_cpu: usize) -> Vec<usize> {
+    smp::start_cpus(machine, boot_cpu)
 }
 
-/// Nothing to start: see [`start_cpus`].
-pub fn release_cpus(_smp: &Smp<'_, '_>) {}
+/// Starts the SMP run's other participants with INIT-SIPI-SIPI.
+pub fn release_cpus(smp: &Smp<'_, '_>) {
+    let (Some(t), Some(startup)) = (TABLES.get(), STARTUP.get()) else {
+        fail!("smp: no tables to start the CPUs from")
+    };
+    smp::release_cpus(smp, startup, &t.apic_ids[..t.ncpus]);
+}
 
 /// Physical memory as the allocator reaches it: identity-mapped.
 struct Identity;
@@ -152,6 +162,8 @@ struct Tables {
     infos: [NodeInfo; MAX_NODES],
     usable: [MemoryRange; MAX_RANGES],
     cpus: [NodeId; MAX_CPUS],
+    /// The APIC id of each CPU, in the order of `cpus`.
+    apic_ids: [u32; MAX_CPUS],
     nodes: usize,
     nusable: usize,
     ncpus: usize,
@@ -159,18 +171,14 @@ struct Tables {
 
 static TABLES: spin::Once<Tables> = spin::Once::new();
 static MACHINE: spin::Once<Machine<'static>> = spin::Once::new();
+/// The local APIC and the trampoline page, for starting the other CPUs.
+static STARTUP: spin::Once<smp::Startup> = spin::Once::new();
 /// The command line, copied out of the boot information.
-static CMDLINE: spin::Once<([u8; 1024], usize)> = spin::Once::new();
+static CMDLINE: spin::Once<([u8; CMDLINE_BYTES], usize)> = spin::Once::new();
 
 unsafe extern "C" {
     static __image_start: u8;
     static __image_end: u8;
-}
-
-/// The initial APIC id of the running CPU (CPUID leaf 1, EBX bits 31..24).
-fn apic_id() -> u32 {
-    let r = core::arch::x86_64::__cpuid(1);
-    r.ebx >> 24
 }
 
 /// Reads a value of the boot information (physical memory, identity-mapped).
@@ -184,7 +192,7 @@ fn read_phys<T: Copy>(address: u64) -> T {
 /// UTF-8.
 fn cmdline(at: u64) -> &'static str {
     let (bytes, len) = CMDLINE.call_once(|| {
-        let mut buf = [0u8; 1024];
+        let mut buf = [0u8; CMDLINE_BYTES];
         let mut len = 0;
         if at != 0 {
             while len < buf.len() {
@@ -225,8 +233,7 @@ pub(super) extern "C" fn kmain(start_info: u32) -> ! {
     let mut mapped = [(0u64, 0u64); MAX_MEMMAP];
     let mut nmapped = 0;
     for i in 0..si.memmap_entries as usize {
-        let e: MemmapEntry =
-            read_phys(si.memmap_paddr + (i * core::mem::size_of::<MemmapEntry>()) as u64);
+        let e: MemmapEntry = read_phys(si.memmap_paddr + (i * size_of::<MemmapEntry>()) as u64);
         let end = e.addr.saturating_add(e.size);
         if matches!(e.kind, E820_RAM | E820_ACPI | E820_NVS) {
             if end > entry::BOOT_MAP_BYTES {
@@ -258,39 +265,51 @@ pub(super) extern "C" fn kmain(start_info: u32) -> ! {
         infos: [NodeInfo::default(); MAX_NODES],
         usable: [empty; MAX_RANGES],
         cpus: [NodeId::new(0); MAX_CPUS],
+        apic_ids: [0; MAX_CPUS],
         nodes: 1,
         nusable: 0,
         ncpus: 1,
     };
     let mut found = [empty; MAX_RANGES];
-    let numa = match acpi::read_numa(si.rsdp_paddr as usize) {
-        Ok(n) => n,
+    let firmware = match acpi::read(si.rsdp_paddr as usize) {
+        Ok(f) => f,
         Err(e) => fail!("{e}"),
     };
-    let me = apic_id();
-    let (nfound, boot_cpu) = match &numa {
+    // The CPUs: the MADT's enabled processors (without a MADT, the boot CPU alone).
+    let me = cpu::apic_id();
+    let boot_only = [me];
+    let apic_ids = firmware
+        .processors
+        .as_ref()
+        .map_or(&boot_only[..], |p| p.apic_ids());
+    let Some(boot_cpu) = apic_ids.iter().position(|id| *id == me) else {
+        fail!("the boot CPU (APIC {me:#x}) is not in the MADT")
+    };
+    t.ncpus = apic_ids.len();
+    t.apic_ids[..t.ncpus].copy_from_slice(apic_ids);
+    cpu::set_cpu_index(boot_cpu);
+    let nfound = match &firmware.numa {
         Some(numa) => {
             let l = &numa.layout;
             t.nodes = l.nodes();
             t.distances = numa.distances;
-            t.ncpus = l.cpus().len();
-            for (slot, (_, node)) in t.cpus.iter_mut().zip(l.cpus()) {
-                *slot = *node;
-            }
             for (_, node) in l.cpus() {
                 t.infos[node.index()].has_cpus = true;
+            }
+            // Each CPU on the node of its SRAT processor entry; one the SRAT does not name
+            // stays on node 0.
+            for (node, id) in t.cpus.iter_mut().zip(apic_ids) {
+                if let Some((_, n)) = l.cpus().iter().find(|(apic, _)| apic == id) {
+                    *node = *n;
+                }
             }
             let Some(n) = l.memory(&ram[..nram], &mut found) else {
                 fail!("more than {MAX_RANGES} memory ranges")
             };
-            let Some(boot_cpu) = l.cpus().iter().position(|(apic, _)| *apic == me) else {
-                fail!("the boot CPU (APIC {me:#x}) is not in the SRAT")
-            };
-            (n, boot_cpu)
+            n
         }
         None => {
-            // No SRAT: one node with all RAM, as Linux's dummy NUMA setup; only the boot CPU
-            // is known.
+            // No SRAT: one node with all RAM and every CPU, as Linux's dummy NUMA setup.
             t.infos[0].has_cpus = true;
             for (slot, &(base, len)) in found.iter_mut().zip(&ram[..nram]) {
                 *slot = MemoryRange {
@@ -298,13 +317,32 @@ pub(super) extern "C" fn kmain(start_info: u32) -> ! {
                     range: boot::frames_covering(base, len),
                 };
             }
-            (nram.min(MAX_RANGES), 0)
+            nram.min(MAX_RANGES)
         }
     };
-    BOOT_CPU.call_once(|| boot_cpu);
 
-    // Keep the first MiB (BIOS data, the boot information) and this image (stack, .bss and the
-    // boot page tables included) out of the allocator.
+    // The other CPUs start in a page of the first MiB that holds none of the boot information,
+    // through the boot CPU's local APIC.
+    let boot_info = [
+        (u64::from(start_info), size_of::<StartInfo>() as u64),
+        (
+            si.memmap_paddr,
+            u64::from(si.memmap_entries) * size_of::<MemmapEntry>() as u64,
+        ),
+        (si.cmdline_paddr, CMDLINE_BYTES as u64),
+        (si.rsdp_paddr, RSDP_BYTES),
+    ];
+    let Some(trampoline) = smp::trampoline_page(&ram[..nram], &boot_info) else {
+        fail!("smp: no page of RAM below 640 KiB for the trampoline")
+    };
+    let lapic = match lapic::LocalApic::current() {
+        Ok(l) => l,
+        Err(e) => fail!("smp: {e}"),
+    };
+    STARTUP.call_once(|| smp::Startup { lapic, trampoline });
+
+    // Keep the first MiB (BIOS data, the boot information, the trampoline) and this image
+    // (stack, .bss and the boot page tables included) out of the allocator.
     let image_start = (&raw const __image_start).addr() as u64;
     let image_end = (&raw const __image_end).addr() as u64;
     let reserved = [
@@ -317,8 +355,10 @@ pub(super) extern "C" fn kmain(start_info: u32) -> ! {
     t.nusable = nusable;
     boot::sync_memory_states(&mut t.infos[..t.nodes], &t.usable[..nusable]);
     println(format_args!(
-        "numaframe-unikernel: {} nodes, {nusable} memory ranges, {} CPUs (boot CPU {boot_cpu}, APIC {me:#x}); image {image_start:#x}..{image_end:#x}",
-        t.nodes, t.ncpus
+        "numaframe-unikernel: {} nodes, {nusable} memory ranges, {} CPUs (boot CPU {boot_cpu}, APIC {me:#x}); image {image_start:#x}..{image_end:#x}, trampoline {trampoline:#x}, local APIC {:#x}",
+        t.nodes,
+        t.ncpus,
+        lapic.base()
     ));
 
     let t: &'static Tables = TABLES.call_once(|| t);
@@ -337,7 +377,8 @@ pub(super) extern "C" fn kmain(start_info: u32) -> ! {
     };
 
     let node = t.cpus[boot_cpu];
-    match paging::build(machine, node, &mapped[..nmapped], acpi::hpet_registers()) {
+    let mmio = [Some((lapic.base(), PAGE_SIZE)), acpi::hpet_registers()];
+    match paging::build(machine, node, &mapped[..nmapped], &mmio) {
         Ok(r) => println(format_args!(
             "numaframe-unikernel: page tables: {} frames from numaframe map {} MiB, CR3 {:#x}; a 2 MiB probe mapping took {} table frames and gave them back",
             r.table_frames,

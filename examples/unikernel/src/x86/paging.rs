@@ -4,10 +4,10 @@
 //!
 //! They identity-map the memory the kernel uses (RAM and the firmware's ACPI areas, with 2 MiB
 //! pages wherever a range covers one whole, 4 KiB pages at its edges), the first MiB (BIOS data
-//! and the boot information), and the HPET's registers uncached. Then a check maps a 2 MiB
-//! block from numaframe at an address outside the identity map, writes through it, reads it
-//! back through the identity map, unmaps it, and gives the block and the page tables that
-//! mapping needed back through the same allocator (`FrameDeallocator`).
+//! and the boot information), and the registers of the local APIC and the HPET uncached. Then a
+//! check maps a 2 MiB block from numaframe at an address outside the identity map, writes
+//! through it, reads it back through the identity map, unmaps it, and gives the block and the
+//! page tables that mapping needed back through the same allocator (`FrameDeallocator`).
 
 use core::arch::asm;
 
@@ -135,7 +135,8 @@ where
 }
 
 /// Builds the tables on frames from `node` (then its fallback order), covering `regions`
-/// (bytes: start, end) and `uncached`, switches to them and checks them.
+/// (bytes: start, end) and the `uncached` register ranges (bytes: base, length), switches to
+/// them and checks them.
 ///
 /// # Errors
 /// A [`PagingError`]; the boot map is then still in force.
@@ -143,7 +144,7 @@ pub fn build(
     machine: &Machine<'_>,
     node: NodeId,
     regions: &[(u64, u64)],
-    uncached: Option<(u64, u64)>,
+    uncached: &[Option<(u64, u64)>],
 ) -> Result<Report, PagingError> {
     let mut frames = Counting {
         inner: NumaFrameAllocator::new(machine, node),
@@ -183,7 +184,7 @@ pub fn build(
         }
         mapped += end - start;
     }
-    if let Some((base, len)) = uncached {
+    for &(base, len) in uncached.iter().flatten() {
         let mmio = rw | PageTableFlags::NO_CACHE | PageTableFlags::WRITE_THROUGH;
         for at in (base & !0xfff..base + len).step_by(0x1000) {
             map::<Size4KiB>(&mut mapper, at, mmio, &mut frames)?.ignore();
