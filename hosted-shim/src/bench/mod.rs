@@ -161,8 +161,9 @@ pub mod scenario {
     /// Order-0 alloc+free pairs on 4 threads at once on this 2-core machine (oversubscribed:
     /// two threads per core), aggregate ns per pair, next to the 1- and 2-thread runs.
     pub const THREADS_4: &str = "pair 4 threads (oversubscribed: 2 cores)";
-    /// Node-API (`Machine::alloc`/`free`) order-0 pair on a node of exactly 1 GiB, so each
-    /// pair splits and merges the one order-18 block; the peers manage exactly 1 GiB too.
+    /// Node-API (`Machine::alloc`/`free`) order-0 pair on a node of exactly 1 GiB; the peers
+    /// manage exactly 1 GiB too. The first pair splits the one order-18 block; the freed
+    /// pageblock then stays split as its class's spare, so later pairs do not touch it.
     pub const NODE_ORDER0: &str = "node API order-0 pair, exactly 1GiB";
     /// The same at order 9.
     pub const NODE_ORDER9: &str = "node API order-9 pair, exactly 1GiB";
@@ -306,12 +307,12 @@ pub fn describe(scenario: &str) -> &'static str {
             "the same on 4 threads, two per core: oversubscribed on this 2-core machine; wall time / all pairs"
         }
         NODE_ORDER0 => {
-            "Machine::alloc/free order-0 pair on a node of exactly 1 GiB (every pair splits and merges its 1 GiB block); ns per pair"
+            "Machine::alloc/free order-0 pair on a node of exactly 1 GiB (the first pair splits its 1 GiB block; the pageblock then stays split as the class's spare); ns per pair"
         }
         NODE_ORDER9 => "the same at order 9 (2 MiB); ns per pair",
         NODE_ORDER18 => "the same at order 18 (the whole 1 GiB); ns per pair",
         ZERO_CLEAN => {
-            "order-0 Machine::alloc + free on 1 GiB booted zeroed: plain; AllocFlags::ZERO with free_clean (clean memory, nothing cleared; target within 10% of plain); ZERO with dirty frees (4 KiB cleared per pair); ns per pair"
+            "order-0 Machine::alloc + free on 1 GiB booted zeroed: plain with free_clean; AllocFlags::ZERO with free_clean (clean memory, nothing cleared; target within 10% of plain); ZERO with dirty frees (4 KiB cleared per pair); ns per pair"
         }
         REPEAT => {
             "all of 1 GiB held in 4 KiB frames, then free a random held frame and allocate one, repeatedly; ns per free+alloc"

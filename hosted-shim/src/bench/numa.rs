@@ -111,6 +111,15 @@ impl Frames for NumaNode<'_, '_> {
             )
             .map(Pfn::get)
     }
+    fn pageblock_free(&self, f: &mut dyn FnMut(u64, u16)) {
+        let Some(node) = self.machine.nodes().get(self.node.index()) else {
+            return;
+        };
+        for kind in numaframe::ZoneKind::ALL {
+            node.zone(kind)
+                .for_each_pageblock(|pb| f(pb.pfn.get(), pb.free));
+        }
+    }
 }
 
 /// numaframe through a task's memory policy (`TaskPolicy::alloc`, then `Machine::free`).

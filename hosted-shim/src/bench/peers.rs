@@ -35,6 +35,13 @@ pub trait Frames {
             self.free(f.get(), 0);
         }
     }
+    /// Calls `f` with the first frame and the free frames of each 2 MiB pageblock of the
+    /// memory the allocator manages, so that a caller's record of held frames can count the
+    /// frames the allocator keeps for itself (numaframe's metadata pool) as not free. The
+    /// default reports nothing: the peers keep their metadata outside that memory.
+    fn pageblock_free(&self, f: &mut dyn FnMut(u64, u16)) {
+        let _ = f;
+    }
 }
 
 /// The floor: a `Vec<u64>` stack of free frame numbers, order 0 only.
