@@ -45,8 +45,10 @@
 //!   So an allocation may fail while up to four pageblocks stay cached on each idle claimed
 //!   CPU.
 //!
-//! Numastat, `cached_pages` and the invariant check read unclaimed caches only: a claimed
-//! CPU's cached events and frames are left out until its handle drops.
+//! `cached_pages` and the invariant check read unclaimed caches only: a claimed CPU's cached
+//! frames are left out until its handle drops. Numastat reads every cache's event lines
+//! without its lock (one writer at a time adds with a load and a store), so it never goes
+//! down; a handle's hits since its claim arrive when it drops.
 //!
 //! Lock order: a CPU's cache lock (held by a handle for its whole life), then one zone lock
 //! (see `sync`).
@@ -161,13 +163,25 @@ mod state {
     }
 }
 
-/// Eight nodes' numastat events in 384 bytes, on cache lines of their own.
-#[derive(Clone, Copy, Debug)]
+/// Eight nodes' numastat events in 384 bytes, on cache lines of their own. One writer at a
+/// time (the holder of the CPU's cache lock or claim) adds with a load and a store; numastat
+/// reads them without the lock, so a claimed CPU's past events stay visible.
+#[derive(Debug)]
 #[repr(align(128))]
-pub(crate) struct EventLines([[u64; 6]; 8]);
+pub(crate) struct EventLines([[AtomicU64; 6]; 8]);
 
 impl EventLines {
-    pub(crate) const ZERO: EventLines = EventLines([[0; 6]; 8]);
+    pub(crate) fn new() -> EventLines {
+        EventLines(core::array::from_fn(|_| {
+            core::array::from_fn(|_| AtomicU64::new(0))
+        }))
+    }
+}
+
+/// Adds `n` to a counter of [`EventLines`] (its single writer holds the cache).
+fn bump(c: &AtomicU64, n: u64) {
+    // Relaxed: an event count orders nothing; only the cache's holder writes it.
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 /// Blocks of eight needed for `slots` entries.
@@ -267,7 +281,7 @@ impl Slot {
 struct CpuCache<'a> {
     slots: [Slot; SLOTS],
     /// Numastat events this CPU counted, per node, eight to a block.
-    events: &'a mut [EventLines],
+    events: &'a [EventLines],
     /// The span this CPU freed into last: frees mostly hit it, and then need no lookup.
     last: Option<LastSpan>,
     clock: u64,
@@ -290,20 +304,19 @@ impl CpuCache<'_> {
 pub(crate) struct PerCpu<'a> {
     node: NodeId,
     states: &'a [SlotStates],
+    /// The cache's numastat events, read without its lock.
+    events: &'a [EventLines],
     cache: Mutex<CpuCache<'a>>,
     /// [`claim`] bits: whether a handle holds `cache`, and whether a drain waits for it.
     flags: AtomicU8,
 }
 
 impl<'a> PerCpu<'a> {
-    pub(crate) fn new(
-        node: NodeId,
-        states: &'a [SlotStates],
-        events: &'a mut [EventLines],
-    ) -> Self {
+    pub(crate) fn new(node: NodeId, states: &'a [SlotStates], events: &'a [EventLines]) -> Self {
         Self {
             node,
             states,
+            events,
             cache: Mutex::new(CpuCache {
                 slots: [const { Slot::EMPTY }; SLOTS],
                 events,
@@ -336,21 +349,21 @@ pub(crate) struct Want<'n> {
     pub(crate) asker: Asker,
 }
 
-fn count(events: &mut [EventLines], cpu_node: NodeId, preferred: NodeId, got: NodeId, il: bool) {
+fn count(events: &[EventLines], cpu_node: NodeId, preferred: NodeId, got: NodeId, il: bool) {
     tally(cpu_node, preferred, got, 1, il, |node, event, n| {
-        if let Some(e) = events.get_mut(node.index() / 8) {
-            e.0[node.index() % 8][event.index()] += n;
+        if let Some(e) = events.get(node.index() / 8) {
+            bump(&e.0[node.index() % 8][event.index()], n);
         }
     });
 }
 
 /// Counts what [`count`] counts for `n` allocations that preferred and got the CPU's own
 /// node, not interleaved: hits, local.
-fn count_local(events: &mut [EventLines], node: NodeId, n: u64) {
-    if let Some(e) = events.get_mut(node.index() / 8) {
-        let e = &mut e.0[node.index() % 8];
-        e[Event::Hit.index()] += n;
-        e[Event::Local.index()] += n;
+fn count_local(events: &[EventLines], node: NodeId, n: u64) {
+    if let Some(e) = events.get(node.index() / 8) {
+        let e = &e.0[node.index() % 8];
+        bump(&e[Event::Hit.index()], n);
+        bump(&e[Event::Local.index()], n);
     }
 }
 
@@ -1073,10 +1086,13 @@ impl<'a> Caches<'a> {
     /// Adds the numastat events that unclaimed CPUs counted for `node` in their caches.
     pub(crate) fn events(&self, node: NodeId, into: &mut NumaStat) {
         for pc in self.cpus {
-            if let Some(c) = lock_unclaimed(pc)
-                && let Some(e) = c.events.get(node.index() / 8)
-            {
-                into.add_counts(&e.0[node.index() % 8]);
+            if let Some(e) = pc.events.get(node.index() / 8) {
+                // Relaxed: see `bump`.
+                into.add_counts(
+                    &e.0[node.index() % 8]
+                        .each_ref()
+                        .map(|c| c.load(Ordering::Relaxed)),
+                );
             }
         }
     }

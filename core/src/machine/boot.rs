@@ -456,7 +456,7 @@ impl<'a> Machine<'a> {
                 let (place, mut unit) = rooms.take_cpu(node, cf)?;
                 cpu_places[i] = place;
                 let states = unit.slice(SLOTS, |_| SlotStates::new()).ok_or(oom)?;
-                let events = unit.slice(lines, |_| EventLines::ZERO).ok_or(oom)?;
+                let events = unit.slice(lines, |_| EventLines::new()).ok_or(oom)?;
                 let pc = unit.one(|| PerCpu::new(node, states, events)).ok_or(oom)?;
                 Ok::<&PerCpu<'a>, BootError>(pc)
             })

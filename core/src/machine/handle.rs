@@ -24,7 +24,9 @@ use crate::percpu::{CpuId, Owned};
 ///
 /// While it lives, [`Machine::alloc_cpu`] for its CPU bypasses the cache (straight to the
 /// zones), [`Machine::free_cpu`] for its CPU frees as any other CPU would (under the zone lock),
-/// and [`Machine::cached_pages`], numastat and the invariant check leave its cache out.
+/// and [`Machine::cached_pages`] and the invariant check leave its cache out. Numastat keeps
+/// the events its cache counted before the claim; those it counts meanwhile arrive when it
+/// drops.
 #[derive(Debug)]
 pub struct CpuHandle<'m, 'a> {
     machine: &'m Machine<'a>,

@@ -408,3 +408,31 @@ fn a_new_tuning_reaches_a_claimed_cpus_frees() {
     assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
     m.check_invariants().unwrap();
 }
+
+/// docs/promises.md (Concurrency) says numastat read while another CPU allocates
+/// "counters only grow" (loom `observe.rs`: "numastat counters only ever grow while they are
+/// read"), as Linux's never go down. A CPU that claimed its cache made every event its cache
+/// counted before the claim vanish from `Machine::numastat` until the handle dropped.
+#[test]
+fn numastat_never_goes_down_when_a_cpu_is_claimed() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let c0 = m.cpu(0).unwrap();
+    let held: std::vec::Vec<Pfn> = (0..10)
+        .map(|_| m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    let before = m.numastat(n(0)).unwrap();
+    assert_eq!((before.numa_hit, before.local_node), (10, 10));
+    // The CPU's owner claims its cache (and allocates nothing yet).
+    let h = m.claim_cpu(c0).unwrap();
+    let during = m.numastat(n(0)).unwrap();
+    assert!(
+        during.numa_hit >= before.numa_hit && during.local_node >= before.local_node,
+        "numastat went down from {before:?} to {during:?} when CPU 0 was claimed"
+    );
+    drop(h);
+    for p in held {
+        m.free(p, Order::ZERO).unwrap();
+    }
+}
