@@ -78,6 +78,9 @@ pub struct TaskPolicy {
     il: IlState,
     /// The package restriction last computed: (cpu node, mask ∩ package).
     package: Option<(NodeId, NodeMask)>,
+    /// The mask's nodes with memory last computed, with the layout count they were read at:
+    /// reused until a hot-add or an offline publishes a new layout.
+    with_memory: Option<(u64, NodeMask)>,
 }
 
 /// What a bulk allocation did.
@@ -120,6 +123,7 @@ impl TaskPolicy {
             socket_aware,
             il: IlState::new(),
             package: None,
+            with_memory: None,
         })
     }
 
@@ -163,15 +167,19 @@ impl TaskPolicy {
         cpu_node: NodeId,
         serves: impl Fn(NodeId) -> bool,
     ) -> Option<NodeMask> {
-        let given = *self.policy.mask()?;
+        let given = self.policy.mask()?;
         // Linux's policy nodes are the mask given ∩ N_MEMORY (`mpol_set_nodemask`): a node
         // without memory takes no turn. A mask without any node of memory keeps its nodes.
-        let memory = machine.memory_nodes();
-        let with_memory = |m: NodeMask| {
-            let w = m.and(&memory);
-            if w.is_empty() { m } else { w }
+        let seq = machine.layout_count();
+        let mask = match self.with_memory {
+            Some((at, m)) if at == seq => m,
+            _ => {
+                let m = machine.with_memory(*given);
+                self.with_memory = Some((seq, m));
+                m
+            }
         };
-        let mask = with_memory(given);
+        let given = *given;
         if !self.socket_aware || !machine.topology().contains(cpu_node) {
             return Some(mask);
         }
@@ -186,7 +194,7 @@ impl TaskPolicy {
             }
         };
         Some(if local.iter().any(serves) {
-            with_memory(local)
+            machine.with_memory(local)
         } else {
             mask
         })

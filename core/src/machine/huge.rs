@@ -54,6 +54,7 @@ impl<'a> Machine<'a> {
         {
             return None;
         }
+        let mut first = None;
         loop {
             let seq = self.layout.begin();
             let list = self.layout.list(req.preferred, false);
@@ -63,10 +64,11 @@ impl<'a> Machine<'a> {
                 }
                 for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
                     let zone = self.nodes[node.index()].zone(kind);
-                    if let Some(got) =
-                        zone.pool_take(size.order(), req.events(node, self.counted(req, node)))
-                    {
-                        count_foreign(self.nodes, self.counted(req, node), node, 1);
+                    if let Some(got) = zone.pool_take(
+                        size.order(),
+                        req.events(node, self.counted(req, node, &mut first)),
+                    ) {
+                        count_foreign(self.nodes, self.counted(req, node, &mut first), node, 1);
                         return Some(self.zeroed(req.flags, size.order().frames(), got));
                     }
                 }

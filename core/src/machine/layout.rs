@@ -367,6 +367,20 @@ impl<'a> Layout<'a> {
     }
 
     /// Nodes that have memory.
+    /// `true` if every node of `mask` has memory now: one relaxed load per word of the mask
+    /// that names a node, no sequence count (a node that gains or loses memory meanwhile may
+    /// be seen either way, as by a read just before or after).
+    pub(crate) fn all_have_memory(&self, mask: &NodeMask) -> bool {
+        mask.words().iter().enumerate().all(|(i, &w)| {
+            w == 0
+                || self
+                    .memory
+                    .get(i)
+                    // Relaxed: a single word, as above.
+                    .is_some_and(|m| w & !m.load(Ordering::Relaxed) == 0)
+        })
+    }
+
     pub(crate) fn memory_nodes(&self) -> NodeMask {
         self.read(|l| {
             // Relaxed: read under the sequence count.

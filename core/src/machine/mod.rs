@@ -221,6 +221,22 @@ impl<'a> Machine<'a> {
         self.layout.memory_nodes()
     }
 
+    /// A count that changes whenever a hot-add or an offline publishes a new layout.
+    pub(crate) fn layout_count(&self) -> u64 {
+        self.layout.begin()
+    }
+
+    /// `mask` ∩ the nodes with memory, or `mask` itself if that is empty (an interleave's
+    /// policy nodes, as Linux's `mpol_set_nodemask` builds them). Reads the layout's whole
+    /// memory mask only when a node of `mask` has no memory.
+    pub(crate) fn with_memory(&self, mask: NodeMask) -> NodeMask {
+        if self.layout.all_have_memory(&mask) {
+            return mask;
+        }
+        let w = mask.and(&self.layout.memory_nodes());
+        if w.is_empty() { mask } else { w }
+    }
+
     /// `true` if a request with `flags` fails before it takes anything: [`AllocFlags::ZERO`]
     /// on a machine without a clearer.
     pub(crate) fn refuses(&self, flags: AllocFlags) -> bool {

@@ -856,3 +856,43 @@ fn numastat_dma32_from_a_node_without_dma32_counts_a_hit() {
     assert_eq!(d(b0, a0), [1, 0, 0, 0, 1], "DMA32: a hit on node 0");
     assert_eq!(d(b1, a1), [0, 0, 0, 0, 0], "DMA32: nothing on node 1");
 }
+
+/// An interleave's nodes follow the layout: a node of the mask that gains memory by a hot-add
+/// takes its turns from then on (the policy's cached nodes with memory lapse with the layout).
+#[test]
+fn interleave_takes_in_a_node_once_it_gains_memory() {
+    use crate::policy::{Policy, TaskPolicy};
+    let mut spec = Spec::uniform(2, 4096, 0);
+    spec.distances = std::vec![10, 20, 20, 20, 10, 12, 20, 12, 10];
+    spec.infos.push(NodeInfo {
+        has_cpus: true,
+        has_memory: false,
+        ..NodeInfo::default()
+    });
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut t = TaskPolicy::new(
+        &m,
+        Policy::Interleave(NodeMask::from_nodes([n(0), n(2)])),
+        false,
+    )
+    .unwrap();
+    let mut held = Vec::new();
+    let nodes_of = |t: &mut TaskPolicy, held: &mut Vec<Pfn>| -> Vec<usize> {
+        (0..4)
+            .map(|_| {
+                let p = t.alloc(&m, n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+                held.push(p);
+                m.node_of(p).unwrap().index()
+            })
+            .collect()
+    };
+    assert_eq!(nodes_of(&mut t, &mut held), [0, 0, 0, 0]);
+    let added = PhysRange::new(Pfn::new(1 << 20), Pfn::new((1 << 20) + 4096)).unwrap();
+    m.hot_add(&mem, n(2), added, FallbackOptions::default())
+        .unwrap();
+    let after = nodes_of(&mut t, &mut held);
+    assert_eq!(after.iter().filter(|&&k| k == 2).count(), 2, "{after:?}");
+    m.free_bulk(&held).unwrap();
+    m.check_invariants().unwrap();
+}

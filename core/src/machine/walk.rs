@@ -141,12 +141,19 @@ impl<'a> Machine<'a> {
     /// that `zone_statistics()` compares with. Landing on `req.preferred` means it is that
     /// node (a node with memory heads its own list), so only a landing elsewhere reads the
     /// layout.
+    /// `first` keeps the node found for the request's first landing elsewhere, so a walk
+    /// looks for it once.
     #[inline]
-    pub(crate) fn counted(&self, req: &Request<'_>, got: NodeId) -> NodeId {
+    pub(crate) fn counted(
+        &self,
+        req: &Request<'_>,
+        got: NodeId,
+        first: &mut Option<NodeId>,
+    ) -> NodeId {
         if got == req.preferred {
             got
         } else {
-            self.first_usable(req)
+            *first.get_or_insert_with(|| self.first_usable(req))
         }
     }
 
@@ -161,6 +168,10 @@ impl<'a> Machine<'a> {
                     .get(node.index())
                     .is_some_and(|n| zones(req.flags).iter().any(|&k| n.zone(k).has_memory()))
         };
+        // A node it may use that has memory heads its own list.
+        if usable(req.preferred) {
+            return req.preferred;
+        }
         let list = self
             .layout
             .list(req.preferred, req.flags.contains(AllocFlags::THISNODE));
@@ -199,16 +210,17 @@ impl<'a> Machine<'a> {
         if zero && self.clearer.is_none() {
             return None;
         }
+        let mut first = None;
         let (got, node) = self.walk_with(req, |node, zone, mark| {
             zone.alloc(
                 req.order,
                 mark,
                 req.class(),
                 zero,
-                Some(req.events(node, self.counted(req, node))),
+                Some(req.events(node, self.counted(req, node, &mut first))),
             )
         })?;
-        count_foreign(self.nodes, self.counted(req, node), node, 1);
+        count_foreign(self.nodes, self.counted(req, node, &mut first), node, 1);
         Some(self.zeroed(req.flags, req.order.frames(), got))
     }
 
@@ -487,6 +499,7 @@ impl<'a> Machine<'a> {
             .layout
             .list(req.preferred, req.flags.contains(AllocFlags::THISNODE));
         let mut done = 0;
+        let mut first = None;
         for &mark in marks(req.flags) {
             for node in (0..list.len()).filter_map(|i| list.get(i)) {
                 if !allowed(req, mark, node) {
@@ -511,9 +524,14 @@ impl<'a> Machine<'a> {
                             mark,
                             req.class(),
                             split,
-                            req.events(node, self.counted(req, node)),
+                            req.events(node, self.counted(req, node, &mut first)),
                         );
-                        count_foreign(self.nodes, self.counted(req, node), node, got as u64);
+                        count_foreign(
+                            self.nodes,
+                            self.counted(req, node, &mut first),
+                            node,
+                            got as u64,
+                        );
                         // The zone's lock is dropped: clear the dirty frames it placed last (and
                         // in the poison mode check every frame first).
                         let clean = got - dirty;
