@@ -760,8 +760,8 @@ impl Zone {
         self.lock().headroom(Mark::MIN) >= order.frames()
     }
 
-    fn check(&self, node: NodeId) -> Result<(), InvariantError> {
-        self.lock().area.check(node)
+    fn check(&self, node: NodeId, cpus: usize) -> Result<(), InvariantError> {
+        self.lock().area.check(node, cpus)
     }
 
     /// Runs `f` on the zone's free area under its lock: the steps of memory offlining (see
@@ -1158,8 +1158,9 @@ impl Node {
     pub fn managed_pages(&self) -> u64 {
         self.zones.iter().map(|z| z.counters().managed).sum()
     }
-    pub(crate) fn check(&self) -> Result<(), InvariantError> {
-        self.zones.iter().try_for_each(|z| z.check(self.id))
+    /// The invariant walk of both zones, on a machine of `cpus` CPUs.
+    pub(crate) fn check(&self, cpus: usize) -> Result<(), InvariantError> {
+        self.zones.iter().try_for_each(|z| z.check(self.id, cpus))
     }
 
     /// Sets the watermarks of the node's zones from the machine's `min_free_kbytes` share

@@ -157,8 +157,24 @@ impl FreeArea {
 
     /// Walks every list, bucket, split pageblock and counter; see the invariants on
     /// [`FreeArea`].
-    pub(crate) fn check(&self, node: NodeId) -> Result<(), InvariantError> {
+    pub(crate) fn check(&self, node: NodeId, cpus: usize) -> Result<(), InvariantError> {
         let counter = InvariantError::Counter { node };
+        // A pageblock lent to a CPU names that CPU and one of its slots (`PbState::Hot`): a
+        // CPU or slot the machine does not have would hold its frames for good. (Whether the
+        // slot holds it is the cache's to say, under its own lock: `Caches::check`.)
+        let mut lent_to_nobody = None;
+        self.for_each_pb_of_split(|r, h| {
+            if h.state == PbState::Hot
+                && (h.next as usize >= cpus || h.prev as usize >= crate::percpu::SLOTS)
+            {
+                lent_to_nobody.get_or_insert(r);
+            }
+        });
+        if let Some(r) = lent_to_nobody {
+            return Err(InvariantError::Pageblock {
+                pfn: self.pb_base(r),
+            });
+        }
         let mut free = 0u64;
         let mut found = [0u64; MAX_ORDER as usize - PB_SHIFT as usize + 1];
         self.walk_list(MAX_ORDER, self.whole, &mut found)?;

@@ -440,7 +440,7 @@ fn a_claim_the_pool_cannot_serve_gives_its_pageblock_back_merged() {
             }
         };
         assert_eq!(why, super::NoBlock::Meta(Short::Singles));
-        area.check(n(0)).unwrap();
+        area.check(n(0), 0).unwrap();
     }
 }
 
@@ -1058,4 +1058,49 @@ fn the_invariant_walk_catches_a_full_pageblock_that_records_a_bucket() {
     m.check_invariants().unwrap();
     m.free_bulk(&held).unwrap();
     assert!(caught, "a full pageblock recording a bucket it is not in");
+}
+#[test]
+#[cfg_attr(miri, ignore = "placement over thousands of frames")]
+fn the_invariant_walk_catches_a_lent_pageblock_no_cpu_holds() {
+    use crate::meta::PbState;
+    let spec = Spec::uniform(1, 3 << 18, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let held: Vec<Pfn> = (0..1500)
+        .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    m.check_invariants().unwrap();
+    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Dma32);
+    let full = zone.with_area(|a| {
+        let mut found = None;
+        a.for_each_split(|r, h, _| {
+            if h.state == PbState::Split && h.free == 0 && found.is_none() {
+                found = Some(r);
+            }
+        });
+        found
+    });
+    let r = full.expect("a full split pageblock");
+    // The machine has no CPU, yet the pageblock says CPU 0's slot 0 holds it.
+    zone.with_area(|a| {
+        a.meta.update_pb(r, |h| {
+            h.state = PbState::Hot;
+            h.next = 0;
+            h.prev = 0;
+        })
+    });
+    let caught = m.check_invariants().is_err();
+    zone.with_area(|a| {
+        a.meta.update_pb(r, |h| {
+            h.state = PbState::Split;
+            h.next = crate::meta::NIL;
+            h.prev = crate::meta::NIL;
+        })
+    });
+    m.check_invariants().unwrap();
+    m.free_bulk(&held).unwrap();
+    assert!(
+        caught,
+        "a pageblock lent to a CPU the machine does not have"
+    );
 }

@@ -16,7 +16,7 @@ impl<'a> Machine<'a> {
         let staged = self.layout.stage();
         let mut row = [NodeId::default(); MAX_NODES];
         for node in self.nodes {
-            node.check()?;
+            node.check(self.caches.len())?;
             let has = node.managed_pages() > 0;
             if has != staged.states.memory.contains(node.id())
                 || has != self.layout.memory_nodes().contains(node.id())
