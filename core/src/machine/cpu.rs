@@ -80,38 +80,37 @@ impl<'a> Machine<'a> {
         if zero && self.clearer.is_none() {
             return None;
         }
-        // The first zone with memory of the preferred node, if the request may use it: the
-        // walk would start there. Numastat then takes that node as preferred, else the first
-        // node of the list the request may use (`Machine::counted`).
-        let local = (self.topo.contains(req.preferred)
-            && req.filter.is_none_or(|f| f.contains(req.preferred)))
-        .then(|| {
+        // Fast path: the first zone with memory of the preferred node has cached frames. The
+        // walk would start there, so the layout is not read. (A zone loses its spans only to
+        // offlining, which first takes their pageblocks back from every cache, so a stale "has
+        // memory" only makes the pop find nothing.) With caching off it is skipped: the walk's
+        // take pops a cached frame first anyway. A frame from there lands on the preferred
+        // node, which is then also numastat's preferred node (`Machine::counted`).
+        if !self.caches.off()
+            && self.topo.contains(req.preferred)
+            && req.filter.is_none_or(|f| f.contains(req.preferred))
+        {
             let node = &self.nodes[req.preferred.index()];
-            zones(req.flags)
+            let asker = Asker {
+                preferred: req.preferred,
+                interleave: req.interleave,
+            };
+            if let Some(zone) = zones(req.flags)
                 .iter()
                 .map(|k| node.zone(*k))
                 .find(|z| z.has_memory())
-        })
-        .flatten();
-        let counted = if local.is_some() {
-            req.preferred
-        } else {
-            self.first_usable(req)
-        };
+                && let Some((pfn, dirty)) = cache.pop(req.preferred, zone, req.class(), asker)
+            {
+                return Some(self.zeroed(req.flags, 1, Got::one(pfn, dirty)));
+            }
+        }
+        // The walk may land elsewhere: numastat's preferred node is the first node of the list
+        // the request may use.
+        let counted = self.first_usable(req);
         let asker = Asker {
             preferred: counted,
             interleave: req.interleave && counted == req.preferred,
         };
-        // Fast path: that zone has cached frames, so the layout is not read. (A zone loses
-        // its spans only to offlining, which first takes their pageblocks back from every
-        // cache, so a stale "has memory" only makes the pop find nothing.) With caching off it
-        // is skipped: the walk's take pops a cached frame first anyway.
-        if !self.caches.off()
-            && let Some(zone) = local
-            && let Some((pfn, dirty)) = cache.pop(req.preferred, zone, req.class(), asker)
-        {
-            return Some(self.zeroed(req.flags, 1, Got::one(pfn, dirty)));
-        }
         self.walk_with(req, |node, zone, mark| {
             let want = Want {
                 node: &self.nodes[node.index()],
