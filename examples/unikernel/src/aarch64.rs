@@ -20,8 +20,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use numaframe::fdt::{self as dt, FdtTopology};
 use numaframe::{
-    AllocFlags, BootOptions, FrameClearer, Machine, MemoryRange, NodeId, NodeInfo, Order,
-    PAGE_SIZE, PhysMemory, PhysRange, Topology,
+    BootOptions, FrameClearer, Machine, MemoryRange, NodeId, NodeInfo, PAGE_SIZE, PhysMemory,
+    PhysRange, Topology,
 };
 
 use crate::boot::{self, MAX_CPUS, MAX_NODES, MAX_RANGES, Options};
@@ -44,9 +44,6 @@ static START: [StartRecord; MAX_CPUS] = [const {
         cpu: AtomicU64::new(0),
     }
 }; MAX_CPUS];
-
-/// The stack of each started CPU: 2^5 frames, 128 KiB.
-const STACK_ORDER: Order = Order::new(5);
 
 // The entry points. QEMU starts the ELF at `_start` on the boot CPU only (the others wait for
 // PSCI `CPU_ON`, which enters them at `_secondary` with the context id in x0). x0 may hold the
@@ -523,27 +520,15 @@ extern "C" fn kmain(x0: usize) -> ! {
     kernel::run(machine, &options, bootargs, &t.cpus[..t.ncpus], boot_cpu)
 }
 
-/// Gives every CPU but the boot CPU a stack from its own node (the nearest node with memory
-/// for a memoryless one) and a start record; returns the SMP participants, the boot CPU first.
+/// Gives every CPU but the boot CPU a stack from its own node and a start record; returns the
+/// SMP participants, the boot CPU first.
 pub fn start_cpus(machine: &Machine<'_>, boot_cpu: usize) -> Vec<usize> {
-    let mut participants = Vec::with_capacity(machine.cpu_count());
-    participants.push(boot_cpu);
-    for index in (0..machine.cpu_count()).filter(|i| *i != boot_cpu) {
-        let node = machine
-            .cpu(index)
-            .and_then(|c| machine.cpu_node(c))
-            .unwrap_or_default();
-        let Some(stack) = machine.alloc(node, STACK_ORDER, AllocFlags::empty()) else {
-            fail!("no memory for the stack of cpu{index}")
-        };
-        let top = stack.addr().get() + STACK_ORDER.frames() * PAGE_SIZE;
-        let record = &START[participants.len()];
+    kernel::give_stacks(machine, boot_cpu, |slot, index, top| {
+        let record = &START[slot];
         // Relaxed: the `dsb` before PSCI CPU_ON orders these before the CPU starts.
         record.stack_top.store(top, Ordering::Relaxed);
         record.cpu.store(index as u64, Ordering::Relaxed);
-        participants.push(index);
-    }
-    participants
+    })
 }
 
 /// Starts the SMP run's other participants with PSCI `CPU_ON` at `_secondary`.

@@ -250,6 +250,37 @@ fn scrub_nearby(machine: &Machine<'_>, cpu_node: NodeId) {
     ));
 }
 
+/// The stack of each started CPU: 2^5 frames, 128 KiB.
+const STACK_ORDER: Order = Order::new(5);
+
+/// Gives every CPU but the boot CPU a stack from its own node (the nearest node with memory
+/// for a memoryless one), handing `place` each one's SMP slot, machine CPU index and stack
+/// top; returns the SMP participants, the boot CPU first.
+pub fn give_stacks(
+    machine: &Machine<'_>,
+    boot_cpu: usize,
+    mut place: impl FnMut(usize, usize, u64),
+) -> alloc::vec::Vec<usize> {
+    let mut participants = alloc::vec::Vec::with_capacity(machine.cpu_count());
+    participants.push(boot_cpu);
+    for index in (0..machine.cpu_count()).filter(|i| *i != boot_cpu) {
+        let node = machine
+            .cpu(index)
+            .and_then(|c| machine.cpu_node(c))
+            .unwrap_or_default();
+        let Some(stack) = machine.alloc(node, STACK_ORDER, AllocFlags::empty()) else {
+            fail!("no memory for the stack of cpu{index}")
+        };
+        place(
+            participants.len(),
+            index,
+            stack.addr().get() + STACK_ORDER.frames() * PAGE_SIZE,
+        );
+        participants.push(index);
+    }
+    participants
+}
+
 /// Where a CPU other than the boot CPU goes once it has a stack: it joins the SMP run as
 /// participant `slot`, then waits for the boot CPU to stop the machine.
 pub fn secondary(slot: usize) -> ! {

@@ -12,7 +12,7 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
-use numaframe::{AllocFlags, Machine, Order, PAGE_SIZE};
+use numaframe::{Machine, PAGE_SIZE};
 
 use super::lapic::LocalApic;
 use super::{acpi, cpu, entry};
@@ -53,8 +53,6 @@ static REPORTED: AtomicUsize = AtomicUsize::new(0);
 /// The stack top of each SMP slot (slot 0, the boot CPU, is unused).
 static STACKS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 
-/// The stack of each started CPU: 2^5 frames, 128 KiB.
-const STACK_ORDER: Order = Order::new(5);
 /// Milliseconds a started CPU has to report in.
 const REPORT_TIMEOUT_MS: u64 = 2_000;
 /// Where real-mode RAM ends and the legacy video memory (and STARTUP vectors 0xa0..0xbf, which
@@ -94,25 +92,13 @@ pub fn trampoline_page(ram: &[(u64, u64)], keep: &[(u64, u64)]) -> Option<u64> {
         })
 }
 
-/// Gives every CPU but the boot CPU a stack from its own node (the nearest node with memory
-/// for a memoryless one); returns the SMP participants, the boot CPU first.
+/// Gives every CPU but the boot CPU a stack from its own node; returns the SMP participants,
+/// the boot CPU first.
 pub fn start_cpus(machine: &Machine<'_>, boot_cpu: usize) -> Vec<usize> {
-    let mut participants = Vec::with_capacity(machine.cpu_count());
-    participants.push(boot_cpu);
-    for index in (0..machine.cpu_count()).filter(|i| *i != boot_cpu) {
-        let node = machine
-            .cpu(index)
-            .and_then(|c| machine.cpu_node(c))
-            .unwrap_or_default();
-        let Some(stack) = machine.alloc(node, STACK_ORDER, AllocFlags::empty()) else {
-            fail!("no memory for the stack of cpu{index}")
-        };
-        let top = stack.addr().get() + STACK_ORDER.frames() * PAGE_SIZE;
+    kernel::give_stacks(machine, boot_cpu, |slot, _, top| {
         // Relaxed: read by the boot CPU itself in `release_cpus`.
-        STACKS[participants.len()].store(top, Ordering::Relaxed);
-        participants.push(index);
-    }
-    participants
+        STACKS[slot].store(top, Ordering::Relaxed);
+    })
 }
 
 /// Milliseconds on the HPET since `since` (nanoseconds), or a failure without one.
