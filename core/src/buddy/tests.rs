@@ -1026,81 +1026,70 @@ fn a_zone_without_free_memory_is_wholly_unusable_as_in_linux() {
     m.free_bulk(&held).unwrap();
 }
 
+/// Holds 1500 frames of a one-node machine, applies `corrupt` to the header of a full split
+/// pageblock (in no bucket), and returns whether the invariant walk then refuses the machine;
+/// `restore` puts the header back, and the walk must accept it again.
+fn the_walk_refuses_a_full_pageblock_after(
+    corrupt: impl FnOnce(&mut crate::meta::PbHeader),
+    restore: impl FnOnce(&mut crate::meta::PbHeader),
+) -> bool {
+    use crate::meta::PbState;
+    let spec = Spec::uniform(1, 3 << 18, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let held: Vec<Pfn> = (0..1500)
+        .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    m.check_invariants().unwrap();
+    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Dma32);
+    let full = zone.with_area(|a| {
+        let mut found = None;
+        a.for_each_split(|r, h, _| {
+            if h.state == PbState::Split && h.free == 0 && found.is_none() {
+                found = Some(r);
+            }
+        });
+        found
+    });
+    let r = full.expect("a full split pageblock");
+    zone.with_area(|a| a.meta.update_pb(r, corrupt));
+    let caught = m.check_invariants().is_err();
+    zone.with_area(|a| a.meta.update_pb(r, restore));
+    m.check_invariants().unwrap();
+    m.free_bulk(&held).unwrap();
+    caught
+}
+
 #[test]
 #[cfg_attr(miri, ignore = "placement over thousands of frames")]
 fn the_invariant_walk_catches_a_full_pageblock_that_records_a_bucket() {
-    use crate::meta::PbState;
-    let spec = Spec::uniform(1, 3 << 18, 0);
-    let mem = SparseMem::default();
-    let m = spec.boot(&mem);
-    let held: Vec<Pfn> = (0..1500)
-        .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap())
-        .collect();
-    m.check_invariants().unwrap();
-    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Dma32);
-    // A full split pageblock: in no bucket, so its header records none.
-    let full = zone.with_area(|a| {
-        let mut found = None;
-        a.for_each_split(|r, h, _| {
-            if h.state == PbState::Split && h.free == 0 && found.is_none() {
-                found = Some(r);
-            }
-        });
-        found
-    });
-    let r = full.expect("a full split pageblock");
-    // Its header records bucket 7 of band 0, whose list does not hold it. A bulk free into it
-    // would then leave it in no bucket (`resettle` inserts only a pageblock that records none),
-    // and an unlink of it would clear bucket 7's head.
-    zone.with_area(|a| a.meta.update_pb(r, |h| h.bucket = 7));
-    let caught = m.check_invariants().is_err();
-    zone.with_area(|a| a.meta.update_pb(r, |h| h.bucket = 0));
-    m.check_invariants().unwrap();
-    m.free_bulk(&held).unwrap();
-    assert!(caught, "a full pageblock recording a bucket it is not in");
+    // A full pageblock is in no bucket, so its header records none. Recording bucket 7 of band
+    // 0, whose list does not hold it, a bulk free into it would leave it in no bucket
+    // (`resettle` inserts only a pageblock that records none), and an unlink of it would clear
+    // bucket 7's head.
+    assert!(
+        the_walk_refuses_a_full_pageblock_after(|h| h.bucket = 7, |h| h.bucket = 0),
+        "a full pageblock recording a bucket it is not in"
+    );
 }
+
 #[test]
 #[cfg_attr(miri, ignore = "placement over thousands of frames")]
 fn the_invariant_walk_catches_a_lent_pageblock_no_cpu_holds() {
-    use crate::meta::PbState;
-    let spec = Spec::uniform(1, 3 << 18, 0);
-    let mem = SparseMem::default();
-    let m = spec.boot(&mem);
-    let held: Vec<Pfn> = (0..1500)
-        .map(|_| m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap())
-        .collect();
-    m.check_invariants().unwrap();
-    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Dma32);
-    let full = zone.with_area(|a| {
-        let mut found = None;
-        a.for_each_split(|r, h, _| {
-            if h.state == PbState::Split && h.free == 0 && found.is_none() {
-                found = Some(r);
-            }
-        });
-        found
-    });
-    let r = full.expect("a full split pageblock");
+    use crate::meta::{NIL, PbState};
     // The machine has no CPU, yet the pageblock says CPU 0's slot 0 holds it.
-    zone.with_area(|a| {
-        a.meta.update_pb(r, |h| {
-            h.state = PbState::Hot;
-            h.next = 0;
-            h.prev = 0;
-        })
-    });
-    let caught = m.check_invariants().is_err();
-    zone.with_area(|a| {
-        a.meta.update_pb(r, |h| {
-            h.state = PbState::Split;
-            h.next = crate::meta::NIL;
-            h.prev = crate::meta::NIL;
-        })
-    });
-    m.check_invariants().unwrap();
-    m.free_bulk(&held).unwrap();
+    let lend = |h: &mut crate::meta::PbHeader| {
+        h.state = PbState::Hot;
+        h.next = 0;
+        h.prev = 0;
+    };
+    let unlend = |h: &mut crate::meta::PbHeader| {
+        h.state = PbState::Split;
+        h.next = NIL;
+        h.prev = NIL;
+    };
     assert!(
-        caught,
+        the_walk_refuses_a_full_pageblock_after(lend, unlend),
         "a pageblock lent to a CPU the machine does not have"
     );
 }

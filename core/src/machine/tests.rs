@@ -712,20 +712,25 @@ fn a_refused_interleave_request_leaves_the_cursor() {
     );
 }
 
-/// Linux builds an interleave policy's nodes as the mask given ∩ `N_MEMORY`
-/// (`mpol_set_nodemask`), so `weighted_interleave_nodes()` never picks a node without memory
-/// and no page of an interleave lands outside the mask while the mask's nodes have memory.
-#[test]
-fn interleave_skips_nodes_without_memory_as_linux_does() {
-    use crate::policy::{Policy, TaskPolicy};
+/// Nodes 0 and 1 with 4096 frames each, and node 2 with CPUs and no memory, next to node 1.
+fn two_nodes_and_a_memoryless_one() -> Spec {
     let mut spec = Spec::uniform(2, 4096, 0);
-    // Node 2: CPUs, no memory, next to node 1.
     spec.distances = std::vec![10, 20, 20, 20, 10, 12, 20, 12, 10];
     spec.infos.push(NodeInfo {
         has_cpus: true,
         has_memory: false,
         ..NodeInfo::default()
     });
+    spec
+}
+
+/// Linux builds an interleave policy's nodes as the mask given ∩ `N_MEMORY`
+/// (`mpol_set_nodemask`), so `weighted_interleave_nodes()` never picks a node without memory
+/// and no page of an interleave lands outside the mask while the mask's nodes have memory.
+#[test]
+fn interleave_skips_nodes_without_memory_as_linux_does() {
+    use crate::policy::{Policy, TaskPolicy};
+    let spec = two_nodes_and_a_memoryless_one();
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
     let mask = NodeMask::from_nodes([n(0), n(2)]);
@@ -862,13 +867,7 @@ fn numastat_dma32_from_a_node_without_dma32_counts_a_hit() {
 #[test]
 fn interleave_takes_in_a_node_once_it_gains_memory() {
     use crate::policy::{Policy, TaskPolicy};
-    let mut spec = Spec::uniform(2, 4096, 0);
-    spec.distances = std::vec![10, 20, 20, 20, 10, 12, 20, 12, 10];
-    spec.infos.push(NodeInfo {
-        has_cpus: true,
-        has_memory: false,
-        ..NodeInfo::default()
-    });
+    let spec = two_nodes_and_a_memoryless_one();
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
     let mut t = TaskPolicy::new(
