@@ -165,8 +165,61 @@ pub fn build_fallback(
     table: &mut FallbackTable<'_>,
 ) {
     let n = topo.len();
+    assert!(table.n == n, "fallback storage too small");
+    table.lens[..n].fill(0);
+    for_each_entry(topo, states, opts, scratch, |local, i, node| {
+        table.row_mut(local.index())[i] = node;
+        table.lens[local.index()] = (i + 1) as u16;
+    });
+}
+
+/// Calls `f` with every node and the first entry of its fallback order (`None` for an empty
+/// order), as [`build_fallback`] builds them, without a table: Linux's `local_memory_node()`,
+/// which `numa_mem_id()` gives a memoryless node.
+///
+/// # Panics
+/// As [`build_fallback`].
+pub(crate) fn for_each_first(
+    topo: &Topology<'_>,
+    states: &NodeStates,
+    opts: FallbackOptions,
+    scratch: &mut Scratch<'_>,
+    mut f: impl FnMut(NodeId, Option<NodeId>),
+) {
+    let mut next = 0;
+    let mut first = None;
+    for_each_entry(topo, states, opts, scratch, |local, i, node| {
+        // Nodes come in order: report those before `local`, whose rows are done.
+        while next < local.index() {
+            f(NodeId::new(next), first.take());
+            next += 1;
+        }
+        if i == 0 {
+            first = Some(node);
+        }
+    });
+    while next < topo.len() {
+        f(NodeId::new(next), first.take());
+        next += 1;
+    }
+}
+
+/// The fallback orders of every node of `topo`, in node order, entry by entry: `entry(local,
+/// i, node)` says that `node` is entry `i` of `local`'s order (Linux's `build_zonelists`, with
+/// `find_next_best_node`'s accumulated load).
+///
+/// # Panics
+/// If `scratch` holds fewer nodes than `topo` (a caller bug, not an input).
+fn for_each_entry(
+    topo: &Topology<'_>,
+    states: &NodeStates,
+    opts: FallbackOptions,
+    scratch: &mut Scratch<'_>,
+    mut entry: impl FnMut(NodeId, usize, NodeId),
+) {
+    let n = topo.len();
     assert!(
-        table.n == n && scratch.load.len() >= n && scratch.keys.len() >= n,
+        scratch.load.len() >= n && scratch.keys.len() >= n,
         "fallback storage too small"
     );
     let load = &mut scratch.load[..n];
@@ -190,11 +243,10 @@ pub fn build_fallback(
             k += 1;
         }
         keys[..k].sort_unstable();
-        let row = table.row_mut(local.index());
         let mut len = 0;
         let mut prev_dist = LOCAL_DISTANCE;
         if states.memory.contains(local) {
-            row[0] = local;
+            entry(local, 0, local);
             len = 1;
         }
         for &key in &keys[..k] {
@@ -204,10 +256,9 @@ pub fn build_fallback(
                 load[node.index()] += 1;
             }
             prev_dist = dist;
-            row[len] = node;
+            entry(local, len, node);
             len += 1;
         }
-        table.lens[local.index()] = len as u16;
     }
 }
 

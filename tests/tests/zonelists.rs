@@ -10,7 +10,8 @@
 //! - a 1024-node machine;
 //! - memory hot-add to memoryless nodes, which then join every list;
 //! - where a booted machine puts each node's and each CPU's tables: in the node's own memory,
-//!   or for a memoryless node in its nearest node's with memory (Linux's `numa_mem_id`); and, on
+//!   or for a memoryless node in the first node of its fallback order (Linux's `numa_mem_id`);
+//!   and, on
 //!   random layouts around 4 GiB, that boot accounts for every frame.
 
 use numaframe::zonelist::{FallbackOptions, build_fallback};
@@ -519,16 +520,13 @@ proptest! {
 // Where the tables live.
 
 /// The node whose memory holds the tables of `node` (and of its CPUs): `node` itself if it has
-/// memory, else the node with memory at the least distance from it, the lower id on a tie.
+/// memory, else the first node of its fallback order (Linux's `numa_mem_id()`,
+/// `local_memory_node()`), by the oracle's transcription of Linux's rule.
 fn nearest_memory_node(t: &Tables, node: usize) -> usize {
     if t.has_memory[node] {
         return node;
     }
-    let n = t.len();
-    (0..n)
-        .filter(|&h| t.has_memory[h])
-        .min_by_key(|&h| (t.distances[node * n + h], h))
-        .expect("a node with memory")
+    build_all_zonelists(t, false)[node][0]
 }
 
 /// Boots `t` (`node_bytes` on each node with memory, two CPUs on each node with CPUs) and checks
@@ -628,11 +626,47 @@ fn tables_live_on_the_nearest_node_with_memory() {
     check_placement(&t, 64 * MIB).unwrap();
 }
 
+/// Linux's `numa_mem_id()` of a memoryless node is the first node of its fallback order, which
+/// breaks a tie of distances with the fallback's penalties (a node below the local one, a node
+/// with CPUs) and load, not by the lower id. Node 1 has no memory and is at 20 from nodes 0
+/// and 2: node 0 pays the penalty of being below node 1, so node 2 comes first, in both
+/// fallback modes; node 1's tables and its CPU's live there. (They lived on node 0, by a rule of
+/// distance then id, until tables followed the fallback order.)
+#[test]
+fn memoryless_tables_go_where_linux_numa_mem_id_points() {
+    let t = Tables {
+        distances: vec![10, 20, 20, 20, 10, 20, 20, 20, 10],
+        has_cpus: vec![true; 3],
+        has_memory: vec![true, false, true],
+    };
+    for linux_boot_order in [false, true] {
+        assert_eq!(build_all_zonelists(&t, linux_boot_order)[1][0], 2);
+        let spec = spec_of("memoryless-tie", &t, 64 * MIB);
+        let sim = Sim::new(&spec).expect("simulated memory");
+        let cpus = [NodeId::new(1)];
+        let m = sim
+            .boot(BootOptions {
+                cpus: &cpus,
+                fallback: FallbackOptions { linux_boot_order },
+                ..BootOptions::default()
+            })
+            .expect("boot");
+        let node = m.node_tables(NodeId::new(1)).expect("node 1").host;
+        let cpu = m.cpu_tables(m.cpu(0).expect("cpu 0")).expect("cpu 0").host;
+        assert_eq!(
+            (node.index(), cpu.index()),
+            (2, 2),
+            "linux_boot_order = {linux_boot_order}"
+        );
+        m.check_invariants().expect("invariants");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Random topologies of up to 40 nodes: every node's and every CPU's tables where the
-    /// nearest-memory rule puts them.
+    /// Random topologies of up to 40 nodes: every node's and every CPU's tables where
+    /// Linux's `numa_mem_id` puts them.
     #[test]
     fn tables_live_on_the_nearest_node_with_memory_on_random_topologies(t in tables()) {
         check_placement(&t, 4 * MIB)?;

@@ -16,6 +16,7 @@ use crate::percpu::{Caches, EventLines, PerCpu, SLOTS, SlotStates, lines_for};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
 use crate::sync::{AtomicU16, RwLock};
 use crate::topology::{NodeId, Topology};
+use crate::zonelist::{NodeStates, Scratch, for_each_first};
 
 /// One zone's share of a memory range: the frames to manage and the metadata carved from its end.
 #[derive(Clone, Copy, Debug)]
@@ -243,17 +244,25 @@ struct Rooms<'t, 'a> {
     topo: &'t Topology<'a>,
     nodes: &'a mut [NodeTables],
     mem: &'a dyn PhysMemory,
+    /// Each node's first fallback node (`u16::MAX` for none): for a memoryless node, Linux's
+    /// `numa_mem_id` (`local_memory_node`).
+    first: &'t [u16],
 }
 
 impl<'a> Rooms<'_, 'a> {
     /// The node whose memory serves tables for `node`: `node` itself if its room holds
-    /// `frames` more, else the nearest node whose room does (by distance from `node`, ties to
-    /// the lower id: Linux's rule for a memoryless node, `numa_mem_id`). O(1) at home, O(nodes)
-    /// away from it.
+    /// `frames` more, else the first node of `node`'s fallback order if its room does (Linux's
+    /// `numa_mem_id` for a memoryless node), else the nearest node whose room does (by distance
+    /// from `node`, ties to the lower id). O(1) at home or at the first fallback node, O(nodes)
+    /// beyond.
     fn host(&self, node: NodeId, frames: u64) -> Option<NodeId> {
         let fits = |h: NodeId| self.nodes[h.index()].fits(frames);
         if fits(node) {
             return Some(node);
+        }
+        let first = self.first[node.index()];
+        if let Some(h) = NodeId::try_new(usize::from(first)).filter(|&h| fits(h)) {
+            return Some(h);
         }
         self.topo
             .node_ids()
@@ -325,8 +334,9 @@ impl<'a> Machine<'a> {
     /// CPU's per-CPU area. Each node's own tables (its zones, numastat and fallback order) come
     /// off the end of its largest piece of memory (ranges are cut in two at 4 GiB; ties go to
     /// the higher piece), each CPU's cache (state arrays and numastat lines included) off its
-    /// node's; a node without memory, or one with no room left, is served by the nearest node
-    /// that has room (by distance from it, ties to the lower id). The machine-wide tables (the
+    /// node's; a node without memory is served by the first node of its fallback order (Linux's
+    /// `numa_mem_id`), and when that has no room left, or the node's own room is used up, by
+    /// the nearest node that has room (by distance from it, ties to the lower id). The machine-wide tables (the
     /// span index, the references to every node's and CPU's tables, the fallback lengths) come
     /// off the end of the first range with room for them (its piece above 4 GiB if that has
     /// room), before any other. Each span's metadata region comes off the end of its own piece,
@@ -424,11 +434,31 @@ impl<'a> Machine<'a> {
         let rows = carve.slice(n, |_| <&mut [NodeId]>::default()).ok_or(oom)?;
         let published_rows = carve.slice(n, |_| <&[AtomicU16]>::default()).ok_or(oom)?;
 
+        // Each node's first fallback node (a memoryless node's `numa_mem_id`), kept in `lens`
+        // until the fallback build fills it.
+        let states = NodeStates {
+            memory: topo.memory_nodes(),
+            cpus: topo.cpu_nodes(),
+        };
+        let mut scratch = Scratch {
+            load: &mut load[..],
+            keys: &mut keys[..],
+        };
+        for_each_first(
+            &topo,
+            &states,
+            opts.fallback,
+            &mut scratch,
+            |node, first| {
+                lens[node.index()] = first.map_or(u16::MAX, |f| f.index() as u16);
+            },
+        );
         // Then each node's own tables, then each CPU's, from the memory nearest to them.
         let mut rooms = Rooms {
             topo: &topo,
             nodes: places,
             mem,
+            first: &lens[..],
         };
         let (nf, cf, lines) = (node_frames(n), cpu_frames(n), lines_for(n));
         let nodes = carve
@@ -472,6 +502,7 @@ impl<'a> Machine<'a> {
             })?;
         }
         let places: &'a [NodeTables] = rooms.nodes;
+        lens.fill(0);
         let layout_tables = LayoutTables {
             rows,
             lens,
@@ -695,6 +726,7 @@ mod tests {
             topo: &topo,
             nodes: &mut nodes,
             mem: &mem,
+            first: &[u16::MAX; 4],
         };
         let mut hosts = [0usize; 4];
         for k in 0..40 {
