@@ -137,8 +137,10 @@ impl<'a> Poison<'a> {
 ///
 /// The core calls [`install`](InstallHook::install) with a block that was reported, at the
 /// moment it leaves the zone's free memory marked as reported: when an allocation takes it
-/// whole, when it is split to serve smaller frames (the whole 2 MiB pageblock), or when it
-/// moves into a huge-page pool. The call runs under that zone's lock, before any frame of the
+/// whole, when it is split to serve smaller frames (the whole 2 MiB pageblock), when it
+/// moves into a huge-page pool, or when [`Machine::scrub`](crate::Machine::scrub) takes it to
+/// clear it (reported memory keeps its dirty state unless the host zeroes it, so a scrub after
+/// a report brings the memory back: scrub first, then report). The call runs under that zone's lock, before any frame of the
 /// block is handed out: it must not call into the machine, and it should be quick (a hypercall
 /// that does not wait for the host to fill the memory). A block of memory that was never
 /// reported, or that merged with unreported memory since, never reaches it. Any CPU may call

@@ -460,3 +460,131 @@ fn a_long_random_run_follows_the_rule() {
         .collect();
     run(&ops).unwrap();
 }
+
+/// Stops in its first clear until the test has looked at the machine.
+struct Gate {
+    armed: std::sync::atomic::AtomicBool,
+    inside: std::sync::Barrier,
+    looked: std::sync::Barrier,
+}
+
+impl FrameClearer for Gate {
+    fn clear(&self, _range: PhysRange) {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.inside.wait();
+            self.looked.wait();
+        }
+    }
+}
+
+/// A scrub of reported memory on a host that does not zero it (the reported block keeps its
+/// dirty state, so the scrub takes it): the invariant walk run while the scrub holds the block
+/// must pass, as it does for a scrub of unreported memory.
+#[test]
+fn the_invariant_walk_passes_while_a_scrub_holds_reported_memory() {
+    for whole in [false, true] {
+        let spec = spec();
+        let mem = SparseMem::default();
+        let gate = Gate {
+            armed: std::sync::atomic::AtomicBool::new(true),
+            inside: std::sync::Barrier::new(2),
+            looked: std::sync::Barrier::new(2),
+        };
+        let m = spec
+            .boot_with(
+                &mem,
+                BootOptions {
+                    zeroed: false,
+                    ..spec.options()
+                },
+            )
+            .with_clearer(&gate);
+        // Both whole sections handed out: the scrub then takes a block of pageblocks of the
+        // third section; `whole` leaves them free, so it takes a whole section.
+        let held: Vec<Pfn> = if whole {
+            Vec::new()
+        } else {
+            (0..2)
+                .map(|_| {
+                    m.alloc(node0(), Order::new(18), AllocFlags::empty())
+                        .unwrap()
+                })
+                .collect()
+        };
+        let frames: u64 = flat(&report(&m, 9, 32)).iter().map(|r| r.frames()).sum();
+        assert!(frames > 0);
+        m.check_invariants().unwrap();
+        let during = std::thread::scope(|s| {
+            let scrub = s.spawn(|| m.scrub(node0(), 512));
+            gate.inside.wait();
+            let during = m.check_invariants();
+            gate.looked.wait();
+            scrub.join().unwrap();
+            during
+        });
+        m.check_invariants().unwrap();
+        assert_eq!(
+            during,
+            Ok(()),
+            "invariant walk while a scrub holds reported memory (whole section: {whole})"
+        );
+        for p in held {
+            m.free(p, Order::new(18)).unwrap();
+        }
+    }
+}
+
+/// Records the ranges it clears, and the installs seen before each.
+struct ClearLog<'h> {
+    hook: &'h Installs,
+    cleared: Mutex<Vec<(PhysRange, usize)>>,
+}
+
+impl FrameClearer for ClearLog<'_> {
+    fn clear(&self, range: PhysRange) {
+        let installs = self.hook.0.lock().unwrap().len();
+        self.cleared.lock().unwrap().push((range, installs));
+    }
+}
+
+/// The install hook "makes `range`, which the host had taken back, usable memory again", and
+/// runs "before memory taken back through `Machine::report` is used again": a background scrub
+/// that writes zeros into reported memory (a host that does not zero it leaves it dirty, so
+/// the scrub takes it) must install it first, as an allocation does.
+#[test]
+fn a_scrub_does_not_write_reported_memory_the_host_took_back() {
+    static HOOK: Installs = Installs(Mutex::new(Vec::new()));
+    let spec = spec();
+    let mem = SparseMem::default();
+    let log = ClearLog {
+        hook: &HOOK,
+        cleared: Mutex::new(Vec::new()),
+    };
+    let m = spec
+        .boot_with(
+            &mem,
+            BootOptions {
+                zeroed: false,
+                ..spec.options()
+            },
+        )
+        .with_clearer(&log)
+        .with_install(&HOOK);
+    let blocks = flat(&report(&m, 9, 32));
+    assert!(!blocks.is_empty());
+    let _ = m.scrub(node0(), 1 << 20);
+    let installs = HOOK.0.lock().unwrap().clone();
+    let cleared = log.cleared.lock().unwrap().clone();
+    assert!(!cleared.is_empty(), "the scrub cleared something");
+    for (range, seen) in cleared {
+        let Some(block) = blocks.iter().find(|b| b.contains(range.start())) else {
+            continue;
+        };
+        assert!(
+            installs[..seen].iter().any(|i| i.contains(range.start())),
+            "the scrub cleared {range:?} of reported block {block:?} the host took back, \
+             never installed (installs: {installs:?})"
+        );
+    }
+    m.check_invariants().unwrap();
+}

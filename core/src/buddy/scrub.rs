@@ -129,6 +129,8 @@ impl FreeArea {
             SectionState::Free if sec.flags & flag::DIRTY != 0 => {
                 let b = Big::Section(s);
                 self.unlink_big(b, MAX_ORDER);
+                // Reported memory is the host's until installed: the clear writes it.
+                self.reuse(b, MAX_ORDER);
                 let dirty = section_frames_dirty(&sec);
                 self.meta
                     .update_section(s, |x| x.state = SectionState::Allocated(Use::Scrub));
@@ -172,6 +174,8 @@ impl FreeArea {
     fn take_block(&mut self, r: PbRef, order: u8) -> ScrubWork {
         let b = Big::Pb(r);
         self.unlink_big(b, order);
+        // Reported memory is the host's until installed: the clear writes it.
+        self.reuse(b, order);
         let dirty = self.block_dirty(b, order);
         let mut bits = Plane::EMPTY;
         for i in 0..1u32 << (order - PB_SHIFT as u8) {
