@@ -92,6 +92,9 @@ pub(crate) mod flag {
     pub(crate) const DIRTY: u8 = 1 << 0;
     /// The block was reported to the host since it last became free.
     pub(crate) const REPORTED: u8 = 1 << 1;
+    /// A bulk free under way turned this clean split pageblock without an extra plane dirty:
+    /// an undo of the bulk makes it clean again. Cleared when the bulk ends.
+    pub(crate) const BULK: u8 = 1 << 2;
 }
 
 /// Free-block lists of orders 9..=17 in one section.

@@ -907,6 +907,7 @@ impl<'m> ZoneSet<'m> {
                 for &pfn in run {
                     a.bulk_undo(pfn);
                 }
+                a.bulk_restore(first);
             }
         }
     }

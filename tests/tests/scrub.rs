@@ -450,3 +450,65 @@ fn allocations_take_back_what_a_running_scrub_holds() {
     });
     m.check_invariants().unwrap();
 }
+
+/// A refused `free_bulk` must leave the state as it was ("A failed call leaves the state as it
+/// was", docs/promises.md), the dirty count included (`keep_clean_apart`'s comment: "and
+/// `FreeArea::bulk_undo` restores the dirty count exactly"). When the metadata pool cannot
+/// spare an extra plane, the bulk's dirty free turns the pageblock's flag dirty, and the undo
+/// leaves the flag set: the pageblock's clean free frames now count dirty.
+#[test]
+fn a_refused_bulk_free_leaves_the_dirty_count_as_it_was() {
+    use numaframe_testkit::{SparseMem, Spec};
+    use std::collections::BTreeMap;
+    const PB: u64 = 512;
+    let spec = Spec::uniform(1, 2 << 18, 1 << 20);
+    let mem = SparseMem::default();
+    let m = spec.boot_with(
+        &mem,
+        BootOptions {
+            zeroed: true,
+            ..spec.options()
+        },
+    );
+    let n0 = NodeId::new(0);
+    let dirty = || m.node(n0).unwrap().dirty_pages();
+    let mut by_pb: BTreeMap<u64, Vec<Pfn>> = BTreeMap::new();
+    for _ in 0..600 * PB {
+        let p = m.alloc(n0, Order::ZERO, AllocFlags::empty()).unwrap();
+        by_pb.entry(p.get() / PB).or_default().push(p);
+    }
+    let mut full: Vec<Vec<Pfn>> = by_pb
+        .into_values()
+        .filter(|v| v.len() as u64 == PB)
+        .collect();
+    assert!(full.len() > 100);
+    let last = full.pop().unwrap();
+    // Dirty frees into clean pageblocks take extra planes until the pool has none to spare
+    // (frees never grow it): then a clean free next to a dirty one counts dirty.
+    let mut exhausted = false;
+    for pb in &full {
+        m.free(pb[0], Order::ZERO).unwrap();
+        let before = dirty();
+        m.free_clean(pb[1], Order::ZERO).unwrap();
+        if dirty() > before {
+            exhausted = true;
+            break;
+        }
+    }
+    assert!(exhausted, "the pool ran out of extra planes");
+    m.check_invariants().unwrap();
+    // A clean pageblock without an extra plane, with one clean free frame.
+    m.free_clean(last[0], Order::ZERO).unwrap();
+    let before = dirty();
+    let free_before = m.node(n0).unwrap().free_pages();
+    // `last[0]` is free already: the bulk is refused at index 1.
+    let err = m.free_bulk(&[last[1], last[0]]).unwrap_err();
+    assert_eq!(err.index, 1);
+    assert_eq!(m.node(n0).unwrap().free_pages(), free_before);
+    m.check_invariants().unwrap();
+    assert_eq!(
+        dirty(),
+        before,
+        "a refused bulk free changed the dirty count"
+    );
+}

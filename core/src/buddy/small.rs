@@ -944,6 +944,7 @@ impl FreeArea {
     /// [`FreeArea::resettle`] finish it.
     pub(crate) fn bulk_free(&mut self, r: PbRef, off: usize) {
         self.keep_clean_apart(r);
+        let exact = self.meta.has_plane(r, Which::Extra);
         self.tracking(r, |a| {
             a.meta.update_planes(r, |alloc, extra| {
                 alloc.put(off, false);
@@ -953,6 +954,9 @@ impl FreeArea {
             });
             a.meta.update_pb(r, |h| {
                 h.free += 1;
+                if !exact && h.flags & flag::DIRTY == 0 {
+                    h.flags |= flag::BULK;
+                }
                 h.flags |= flag::DIRTY;
             });
         });
@@ -999,6 +1003,9 @@ impl FreeArea {
                 x.set_from(mask);
             }
             h.free += n as u16;
+            if extra.is_none() && h.flags & flag::DIRTY == 0 {
+                h.flags |= flag::BULK;
+            }
             h.flags |= flag::DIRTY;
             (before, split_dirty(h, alloc.as_deref(), extra.as_deref()))
         });
@@ -1031,12 +1038,28 @@ impl FreeArea {
         self.iso_less(r.span, 1);
     }
 
+    /// After [`FreeArea::bulk_undo`] of every frame a refused bulk freed into the pageblock
+    /// holding `pfn`: a pageblock the bulk turned dirty (no extra plane) is clean again.
+    pub(crate) fn bulk_restore(&mut self, pfn: Pfn) {
+        let Some(r) = self.pb_ref(pfn) else {
+            return;
+        };
+        if self.meta.pb(r).is_some_and(|h| h.flags & flag::BULK != 0) {
+            self.tracking(r, |a| {
+                a.meta
+                    .update_pb(r, |h| h.flags &= !(flag::BULK | flag::DIRTY));
+            });
+        }
+    }
+
     /// Puts the split pageblock holding `pfn` where its free count says, after frees that did
     /// not settle it; calling it again for the same pageblock changes nothing.
     pub(crate) fn resettle(&mut self, pfn: Pfn) {
         let Some(r) = self.pb_ref(pfn) else {
             return;
         };
+        // The bulk stands: the pageblock stays dirty.
+        self.meta.update_pb(r, |h| h.flags &= !flag::BULK);
         let Some(h) = self.meta.pb(r) else {
             return;
         };
