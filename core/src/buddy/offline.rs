@@ -434,6 +434,14 @@ impl FreeArea {
     /// first; what moved stays moved). Once it is ready it stays ready while it is isolated:
     /// nothing can allocate from it, and nothing new is put into its metadata memory.
     pub(crate) fn prepare(&mut self, slot: u8, leaving: u32) -> Result<(), Refusal> {
+        self.check_free(slot)?;
+        self.meta.evacuate(slot, leaving).map_err(Refusal::Meta)
+    }
+
+    /// The first half of [`FreeArea::prepare`], changing nothing: every frame of the isolated
+    /// span in `slot` free and no slab of its frames on its way into the pool, else
+    /// [`Refusal::Busy`].
+    pub(crate) fn check_free(&self, slot: u8) -> Result<(), Refusal> {
         let (busy, first) = self.busy(slot);
         if busy > 0 {
             return Err(Refusal::Busy {
@@ -444,7 +452,7 @@ impl FreeArea {
         if let Some(first) = self.in_flight(slot) {
             return Err(Refusal::Busy { busy: 1, first });
         }
-        self.meta.evacuate(slot, leaving).map_err(Refusal::Meta)
+        Ok(())
     }
 
     /// Removes the isolated spans of mask `leaving`, each ready by [`FreeArea::prepare`] with

@@ -220,6 +220,19 @@ impl<'a> Machine<'a> {
     /// spans' metadata must move out; the pageblocks in use over all spans if any are.
     fn prepare(&self, staged: &Staging<'a>, range: PhysRange) -> Result<(), OfflineError> {
         let (mut busy, mut first, mut short) = (0u64, None::<Pfn>, None);
+        // Every span must be free before any metadata moves out: a move may grow the pool
+        // (taking free memory), which a refused offline must not do.
+        self.for_each_part(staged, range, |p| {
+            if let Err(Refusal::Busy { busy: n, first: f }) =
+                p.zone.with_area(|a| a.check_free(p.slot))
+            {
+                busy += n;
+                first = Some(first.map_or(f, |x| x.min(f)));
+            }
+        });
+        if let Some(pfn) = first {
+            return Err(OfflineError::Busy { busy, pfn });
+        }
         self.for_each_part(staged, range, |p| {
             let leaving = self.parts_of(staged, range, p.zone).0;
             loop {
@@ -758,5 +771,76 @@ mod tests {
         m.hot_add(&mem, n(2), b, FallbackOptions::default())
             .unwrap();
         m.check_invariants().unwrap();
+    }
+
+    /// A refused offline leaves the free memory as it was ("the frames handed out and the
+    /// free memory (free and cached) are as before"): here `a`'s seed holds metadata of `b`
+    /// (which stays), `c` (offlined with `a`) has a frame in use. The offline is refused for
+    /// `c` before it moves `b`'s metadata out of `a`, which would grow the metadata pool into
+    /// free memory.
+    #[test]
+    fn a_busy_offline_does_not_grow_the_metadata_pool() {
+        let spec = with_memoryless(2048);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let b = range(ADDED + (1 << 18), (1 << 18) + 4096);
+        let a = range(ADDED, 3 * 512);
+        let c = range(ADDED + 3 * 512, 2000);
+        for r in [c, b, a] {
+            m.hot_add(&mem, n(2), r, FallbackOptions::default())
+                .unwrap();
+        }
+        // As in `other_spans_metadata_moves_out_of_a_leaving_span`: `b`'s whole section split
+        // into many pageblocks, their planes and its array in `a`'s seed.
+        let whole = range(ADDED + (1 << 18), 1 << 18);
+        let mut held = Vec::new();
+        let mut pbs = std::collections::BTreeSet::new();
+        while pbs.len() < 40 {
+            let class = if held.len() % 2 == 0 {
+                AllocFlags::empty()
+            } else {
+                AllocFlags::SHORT_LIVED
+            };
+            let p = m
+                .alloc(n(2), Order::new(1), AllocFlags::THISNODE | class)
+                .unwrap();
+            if whole.contains(p) {
+                pbs.insert(p.get() >> 9);
+            }
+            held.push(p);
+            if held.len() % 64 == 0 {
+                for _ in 0..200 {
+                    held.push(
+                        m.alloc(n(2), Order::new(1), AllocFlags::THISNODE | class)
+                            .unwrap(),
+                    );
+                }
+            }
+        }
+        // `a` is free; one block of `c` stays in use.
+        let busy = *held.iter().find(|p| c.contains(**p)).unwrap();
+        for p in held.iter().filter(|p| **p != busy && !b.contains(**p)) {
+            m.free(*p, Order::new(1)).unwrap();
+        }
+        m.trim_metadata();
+        m.check_invariants().unwrap();
+        let node = m.node(n(2)).unwrap();
+        let (free, meta) = (node.free_pages(), m.metadata_bytes());
+        let both = range(ADDED, 3 * 512 + 2000);
+        assert!(matches!(
+            m.offline(&mem, both, OfflineOptions::default()),
+            Err(OfflineError::Busy { busy: 1, .. })
+        ));
+        m.check_invariants().unwrap();
+        assert_eq!(
+            m.metadata_bytes(),
+            meta,
+            "a refused offline grew the metadata"
+        );
+        assert_eq!(
+            node.free_pages(),
+            free,
+            "a refused offline changed the free memory"
+        );
     }
 }
