@@ -821,9 +821,10 @@ impl FreeArea {
                 what: Use::Scrub, ..
             } => Err(FreeError::DoubleFree { pfn }),
             PbState::Allocated { order, what } if off == 0 => Ok(Found::Whole { order, what }),
-            PbState::Allocated { .. } | PbState::AllocatedTail => {
-                Err(FreeError::NotAllocated { pfn })
-            }
+            PbState::Allocated { .. } => Err(FreeError::NotAllocated { pfn }),
+            // A tail of a free block a scrub or a report holds is free to every other path.
+            PbState::AllocatedTail if self.tail_of_held(pfn) => Err(FreeError::DoubleFree { pfn }),
+            PbState::AllocatedTail => Err(FreeError::NotAllocated { pfn }),
         });
         if let Some(found) = found {
             return found;
@@ -833,6 +834,24 @@ impl FreeArea {
             Some((o, what)) => Ok(Found::Whole { order: o, what }),
             None => Err(FreeError::NotAllocated { pfn }),
         }
+    }
+
+    /// `true` if `pfn`, in an `AllocatedTail` pageblock, lies in a block of whole pageblocks
+    /// that a scrub or a report holds (`Use::Scrub`): its head is the nearest aligned pageblock
+    /// below it allocated with an order that reaches `pfn`. At most 8 header reads.
+    fn tail_of_held(&self, pfn: Pfn) -> bool {
+        for order in PB_SHIFT as u8 + 1..crate::addr::MAX_ORDER {
+            let head = Pfn::new(pfn.get() >> order << order);
+            let Some(r) = self.pb_ref(head) else {
+                continue;
+            };
+            if let Some(PbState::Allocated { order: o, what }) = self.meta.pb(r).map(|h| h.state)
+                && o >= order
+            {
+                return what == Use::Scrub;
+            }
+        }
+        false
     }
 
     /// [`FreeArea::find`] at frame `off` of split pageblock `r`, from its planes.

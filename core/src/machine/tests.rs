@@ -895,3 +895,96 @@ fn interleave_takes_in_a_node_once_it_gains_memory() {
     m.free_bulk(&held).unwrap();
     m.check_invariants().unwrap();
 }
+
+/// A free of a free frame a background scrub holds is a double free (`docs/promises.md`: "the
+/// held unit is allocated to every other path"), in the pageblocks after the first of a held
+/// block of several pageblocks too (marked `AllocatedTail`; they answered `NotAllocated`), as a
+/// frame, a 2 MiB block and a 2 MiB huge page.
+#[test]
+fn a_free_of_a_frame_a_scrub_holds_is_a_double_free() {
+    use crate::sync::AtomicU8;
+    use core::sync::atomic::Ordering;
+    use std::sync::Mutex;
+    /// Clears nothing; while clearing it lets the test free a frame of the held unit.
+    struct Gate {
+        clearing: AtomicU8,
+        freed: AtomicU8,
+    }
+    impl FrameClearer for Gate {
+        fn clear(&self, _: PhysRange) {
+            self.clearing.store(1, Ordering::SeqCst);
+            while self.freed.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+    let gate = Gate {
+        clearing: AtomicU8::new(0),
+        freed: AtomicU8::new(0),
+    };
+    // 16 MiB from 0: one partly covered section, its free pageblocks the fewest aligned
+    // blocks, the first of them several pageblocks long; boot memory is dirty.
+    let spec = Spec::uniform(1, 4096, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem).with_clearer(&gate);
+    let zone = m.node(n(0)).unwrap().zone(ZoneKind::Dma32);
+    let free_before = zone.counters().free;
+    // The second pageblock, inside the first free block.
+    let tail = Pfn::new(512);
+    assert!(
+        zone.buddyinfo()[10..].iter().any(|&c| c > 0),
+        "{:?}",
+        zone.buddyinfo()
+    );
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let scrub = s.spawn(|| m.scrub(n(0), 1));
+        while gate.clearing.load(Ordering::SeqCst) == 0 {
+            assert!(!scrub.is_finished(), "the scrub cleared nothing");
+            std::thread::yield_now();
+        }
+        // While the scrub holds the block; the asserts come after the gate opens.
+        let mut r = results.lock().unwrap();
+        r.push(m.free(tail, Order::ZERO));
+        r.push(m.free(tail, Order::new(9)));
+        r.push(m.free_huge(tail, HugeSize::Size2M));
+        drop(r);
+        gate.freed.store(1, Ordering::SeqCst);
+    });
+    assert_eq!(zone.counters().free, free_before, "nothing was freed");
+    m.check_invariants().unwrap();
+    assert_eq!(
+        results.into_inner().unwrap(),
+        [Err(FreeError::DoubleFree { pfn: tail }); 3],
+        "frees of a free frame the scrub holds (order 0, order 9, huge page)"
+    );
+}
+
+/// The same for a report: `Machine::report` holds the blocks of a batch off the free lists
+/// while `f` runs, and a free of a frame of such a block is a double free, in a pageblock after
+/// the first of a block too.
+#[test]
+fn a_free_of_a_frame_a_report_holds_is_a_double_free() {
+    let spec = Spec::uniform(1, 4096, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut results = Vec::new();
+    let mut first = None;
+    let reported = m.report(n(0), Order::new(9), 32, |blocks| {
+        if first.is_none()
+            && let Some(b) = blocks.iter().find(|b| b.frames() >= 1024)
+        {
+            first = Some(*b);
+            let tail = Pfn::new(b.start().get() + 512);
+            results.push((tail, m.free(tail, Order::ZERO)));
+            results.push((tail, m.free(tail, Order::new(9))));
+        }
+        true
+    });
+    assert!(reported.unwrap().blocks > 0);
+    assert!(first.is_some(), "a reported block of 4 MiB or more");
+    m.check_invariants().unwrap();
+    for (tail, r) in results {
+        assert_eq!(r, Err(FreeError::DoubleFree { pfn: tail }), "{first:?}");
+    }
+}
