@@ -229,11 +229,12 @@ pub enum PolicyError {
         /// The node whose weight is 0.
         node: NodeId,
     },
-    /// The weight table does not have one entry per node.
+    /// More weights than [`MAX_NODES`](crate::MAX_NODES) (a shorter table weighs the nodes
+    /// past its end 1).
     WeightCount {
         /// Entries given.
         given: usize,
-        /// Nodes in the machine.
+        /// `MAX_NODES`, the most a table holds.
         nodes: usize,
     },
     /// Automatic weights need a bandwidth for every node of the set.

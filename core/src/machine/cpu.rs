@@ -124,8 +124,9 @@ impl<'a> Machine<'a> {
         .map(|(got, _)| self.zeroed(req.flags, 1, got))
     }
 
-    /// Frees a block from a CPU: order-0 frames go into the CPU's cache, on the list of their
-    /// own node and zone; larger blocks go straight back to their zone.
+    /// Frees a block from a CPU: an order-0 frame of one of the pageblocks the CPU's cache
+    /// holds is freed there without a zone lock; any other frame (every frame while caching is
+    /// off or a handle holds the CPU) and every larger block go back under their zone's lock.
     ///
     /// # Errors
     /// [`FreeError::UnknownCpu`], or the errors of [`Machine::free`]; the state is then unchanged.
