@@ -109,15 +109,6 @@ impl<'a> FallbackTable<'a> {
         }
     }
 
-    /// All `n` entries of row `i` (a node of the table), to be written.
-    fn row_mut(&mut self, i: usize) -> &mut [NodeId] {
-        let n = self.n;
-        match &mut self.rows {
-            Rows::Block(ids) => &mut ids[i * n..(i + 1) * n],
-            Rows::Split(rows) => &mut rows[i][..n],
-        }
-    }
-
     /// Formats the row of `node` as Linux's boot log does: `Fallback order for Node 3: 3 2 1 0`.
     pub fn display(&self, node: NodeId) -> FallbackLine<'_> {
         FallbackLine {
@@ -166,11 +157,19 @@ pub fn build_fallback(
 ) {
     let n = topo.len();
     assert!(table.n == n, "fallback storage too small");
-    table.lens[..n].fill(0);
-    for_each_entry(topo, states, opts, scratch, |local, i, node| {
-        table.row_mut(local.index())[i] = node;
-        table.lens[local.index()] = (i + 1) as u16;
-    });
+    let lens = &mut table.lens[..n];
+    lens.fill(0);
+    // One match for the whole build: the entries are many (n² at most).
+    match &mut table.rows {
+        Rows::Block(ids) => for_each_entry(topo, states, opts, scratch, |local, i, node| {
+            ids[local.index() * n + i] = node;
+            lens[local.index()] = (i + 1) as u16;
+        }),
+        Rows::Split(rows) => for_each_entry(topo, states, opts, scratch, |local, i, node| {
+            rows[local.index()][i] = node;
+            lens[local.index()] = (i + 1) as u16;
+        }),
+    }
 }
 
 /// Calls `f` with every node and the first entry of its fallback order (`None` for an empty
@@ -378,10 +377,10 @@ mod tests {
 
     #[test]
     fn display_is_boot_log_format() {
-        let (mut ids, mut lens) = ([NodeId::new(0); 4], [0u16; 2]);
-        let mut t = FallbackTable::new(2, &mut ids, &mut lens).unwrap();
-        t.row_mut(1)
-            .copy_from_slice(&[NodeId::new(1), NodeId::new(0)]);
+        // Row 1 is `ids[2..4]`.
+        let mut ids = [0, 0, 1, 0].map(NodeId::new);
+        let mut lens = [0u16; 2];
+        let t = FallbackTable::new(2, &mut ids, &mut lens).unwrap();
         t.lens[1] = 2;
         let mut s: heapless::String<64> = heapless::String::new();
         fmt::write(&mut s, format_args!("{}", t.display(NodeId::new(1)))).unwrap();
