@@ -434,25 +434,30 @@ impl<'a> Machine<'a> {
         let rows = carve.slice(n, |_| <&mut [NodeId]>::default()).ok_or(oom)?;
         let published_rows = carve.slice(n, |_| <&[AtomicU16]>::default()).ok_or(oom)?;
 
-        // Each node's first fallback node (a memoryless node's `numa_mem_id`), kept in `lens`
-        // until the fallback build fills it.
+        // Each memoryless node's first fallback node (its `numa_mem_id`), kept in `lens` until
+        // the fallback build fills it; a node with memory is its own first (no pass when every
+        // node has memory).
         let states = NodeStates {
             memory: topo.memory_nodes(),
             cpus: topo.cpu_nodes(),
         };
-        let mut scratch = Scratch {
-            load: &mut load[..],
-            keys: &mut keys[..],
-        };
-        for_each_first(
-            &topo,
-            &states,
-            opts.fallback,
-            &mut scratch,
-            |node, first| {
-                lens[node.index()] = first.map_or(u16::MAX, |f| f.index() as u16);
-            },
-        );
+        if states.memory.count() < n {
+            let mut scratch = Scratch {
+                load: &mut load[..],
+                keys: &mut keys[..],
+            };
+            for_each_first(
+                &topo,
+                &states,
+                opts.fallback,
+                &mut scratch,
+                |node, first| {
+                    lens[node.index()] = first.map_or(u16::MAX, |f| f.index() as u16);
+                },
+            );
+        } else {
+            lens.fill(u16::MAX);
+        }
         // Then each node's own tables, then each CPU's, from the memory nearest to them.
         let mut rooms = Rooms {
             topo: &topo,
