@@ -779,6 +779,7 @@ mod tests {
     /// `c` before it moves `b`'s metadata out of `a`, which would grow the metadata pool into
     /// free memory.
     #[test]
+    #[cfg_attr(miri, ignore = "thousands of allocations over a 1 GiB span")]
     fn a_busy_offline_does_not_grow_the_metadata_pool() {
         let spec = with_memoryless(2048);
         let mem = SparseMem::default();
