@@ -199,6 +199,15 @@ fn order_for(layout: Layout) -> Option<Order> {
     Order::try_new(u8::try_from(k).ok()?)
 }
 
+/// `layout` as the chunks hand it to `linked_list_allocator`: its size rounded up to 16 bytes.
+/// The crate rounds sizes to 8 and refuses a hole that would keep a tail of 8 bytes, so without
+/// this a size 8 bytes short of a block could never be placed in the block grown for it; with
+/// it every hole stays a multiple of 16 bytes, as [`order_for`] counts.
+fn heap_layout(layout: Layout) -> Option<Layout> {
+    let size = layout.size().checked_next_multiple_of(16)?;
+    Layout::from_size_align(size, layout.align()).ok()
+}
+
 impl Chunks {
     const fn new(node: NodeId) -> Self {
         Self {
@@ -220,6 +229,7 @@ impl Chunks {
         layout: Layout,
         grow: Order,
     ) -> Option<NonNull<u8>> {
+        let layout = heap_layout(layout)?;
         if let Some(p) = self
             .live()
             .find_map(|c| c.heap.allocate_first_fit(layout).ok())
@@ -318,6 +328,8 @@ impl Chunks {
         let Some(c) = self.chunks[i].as_mut() else {
             return false;
         };
+        // `alloc` succeeded with this layout, so it exists.
+        let layout = heap_layout(layout).unwrap_or(layout);
         // SAFETY: the caller promised `p` came from these chunks with `layout` and is live; the
         // chunk that contains it is the one that handed it out (chunks do not overlap).
         unsafe { c.heap.deallocate(p, layout) };
@@ -564,6 +576,11 @@ impl<'m, 'a, const N: usize> NumaHeap<'m, 'a, N> {
         let Some(ctx) = *self.ctx.read() else {
             return ptr::null_mut();
         };
+        // A heap past the machine's nodes was never set to its node (its chunks would take
+        // frames from node 0): a node outside the machine gets nothing.
+        if !ctx.machine.topology().contains(node) {
+            return ptr::null_mut();
+        }
         let try_node = |n: NodeId| {
             let h = self.heaps.get(n.index())?;
             h.lock().alloc(ctx.machine, ctx.map, layout, ctx.grow)
@@ -834,6 +851,84 @@ mod tests {
                 capacity: 2
             })
         );
+    }
+
+    #[test]
+    fn a_size_just_under_a_block_is_served() {
+        // linked_list_allocator rounds sizes to 8 bytes and refuses a hole that would keep a
+        // tail of 1..16 bytes, while `order_for` rounds to 16: a size whose 8-rounded value is
+        // 8 bytes short of a block gets a block it can never be placed in.
+        let spec = Spec::uniform(2, 2048, 0);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let frames = VecFrames::new(0, 4096);
+        let heap: NumaHeap<'_, '_, 2> = NumaHeap::new();
+        // SAFETY: nothing else frees the heap's blocks.
+        unsafe { heap.init(&m, &frames, current, DEFAULT_GROW_ORDER) }.unwrap();
+        // 128 KiB - 8 bytes (a `Vec<u8>::with_capacity(131_064)`): order 5, above the grow
+        // order, so each node's heap starts a chunk of exactly 128 KiB for it.
+        let layout = Layout::from_size_align((128 << 10) - 8, 8).unwrap();
+        let p = heap.alloc_on(node(0), layout);
+        let (s0, s1) = (heap.stats(node(0)), heap.stats(node(1)));
+        assert!(
+            !p.is_null(),
+            "two nodes of 8 MiB, yet a {}-byte allocation failed; node heaps {s0:?} {s1:?}",
+            layout.size()
+        );
+        // SAFETY: `p` came from `heap.alloc(layout)`.
+        unsafe { heap.dealloc(p, layout) };
+    }
+
+    #[test]
+    fn a_failed_heap_allocation_keeps_no_frames() {
+        let spec = Spec::uniform(2, 2048, 0);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let frames = VecFrames::new(0, 4096);
+        // SAFETY: nothing else frees the heap's blocks.
+        let mut h = unsafe { NodeHeap::new(&m, &frames, node(1)) };
+        let before = m.node(node(1)).unwrap().free_pages();
+        // 4088 bytes in a heap growing by single frames: the first attempt grows one frame
+        // and cannot place the allocation in it.
+        let layout = Layout::from_size_align(4088, 8).unwrap();
+        let got = h.alloc(layout, Order::ZERO);
+        let s = h.stats();
+        assert!(
+            got.is_some() || s.frames == 0,
+            "the allocation failed with {before} frames free, and the heap keeps {} frames \
+             holding nothing: {s:?}",
+            s.frames
+        );
+        if let Some(p) = got {
+            // SAFETY: `p` came from `h` with `layout`.
+            assert!(unsafe { h.dealloc(p, layout) });
+        }
+    }
+
+    #[test]
+    fn a_node_outside_the_machine_has_an_empty_heap() {
+        // `NumaHeap::stats`: "all zero for a node outside the machine"; the promises: an
+        // allocation on a node outside the machine gets nothing.
+        let spec = Spec::uniform(2, 2048, 0);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        let frames = VecFrames::new(0, 4096);
+        let heap: NumaHeap<'_, '_, 4> = NumaHeap::new();
+        // SAFETY: nothing else frees the heap's blocks.
+        unsafe { heap.init(&m, &frames, current, DEFAULT_GROW_ORDER) }.unwrap();
+        let layout = Layout::from_size_align(64, 8).unwrap();
+        let p = heap.alloc_on(node(3), layout);
+        let s3 = heap.stats(node(3));
+        if !p.is_null() {
+            let pfn = Pfn::new((p.addr() - frames.ptr.addr()) as u64 / PAGE_SIZE);
+            // SAFETY: `p` came from `heap` with `layout`.
+            unsafe { heap.dealloc(p, layout) };
+            panic!(
+                "node 3 of a 2-node machine got memory of {:?}; its heap: {s3:?}",
+                m.node_of(pfn)
+            );
+        }
+        assert_eq!(s3, HeapStats::default());
     }
 
     #[test]
