@@ -241,13 +241,24 @@ impl TaskPolicy {
         cpu_node: NodeId,
         size: HugeSize,
     ) -> Option<Pfn> {
-        let local = Request::new(cpu_node, cpu_node, size.order(), AllocFlags::empty());
+        self.alloc_huge_with(machine, cpu_node, size, AllocFlags::empty())
+    }
+
+    /// [`TaskPolicy::alloc_huge`] with `flags`, which apply to the pools as in
+    /// [`Machine::alloc_huge_with`].
+    pub(crate) fn alloc_huge_with(
+        &mut self,
+        machine: &Machine<'_>,
+        cpu_node: NodeId,
+        size: HugeSize,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        let local = Request::new(cpu_node, cpu_node, size.order(), flags);
         match self.policy {
             Policy::Local => machine.walk_pools(&local, size),
-            Policy::Preferred(n) => machine.walk_pools(
-                &Request::new(cpu_node, n, size.order(), AllocFlags::empty()),
-                size,
-            ),
+            Policy::Preferred(n) => {
+                machine.walk_pools(&Request::new(cpu_node, n, size.order(), flags), size)
+            }
             Policy::Bind(mask) => machine.walk_pools(&local.within(&mask), size),
             Policy::PreferredMany(mask) => machine
                 .walk_pools(&local.within(&mask), size)
@@ -260,7 +271,7 @@ impl TaskPolicy {
                 let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
                 self.il = il;
                 machine.walk_pools(
-                    &Request::new(cpu_node, node, size.order(), AllocFlags::empty()).interleaved(),
+                    &Request::new(cpu_node, node, size.order(), flags).interleaved(),
                     size,
                 )
             }

@@ -95,8 +95,10 @@ impl<'m, 'a> NumaFrameAllocator<'m, 'a> {
     fn alloc_order(&mut self, order: Order) -> Option<Pfn> {
         if let (true, Some(size)) = (self.huge_pools, huge_size(order)) {
             return match &mut self.policy {
-                Some(p) => p.alloc_huge(self.machine, self.cpu_node, size),
-                None => self.machine.alloc_huge(self.cpu_node, size),
+                Some(p) => p.alloc_huge_with(self.machine, self.cpu_node, size, self.flags),
+                None => self
+                    .machine
+                    .alloc_huge_with(self.cpu_node, size, self.flags),
             };
         }
         match &mut self.policy {

@@ -270,3 +270,72 @@ fn the_crates_mapper_builds_tables_in_numaframe_frames() {
     );
     m.check_invariants().unwrap();
 }
+
+/// `with_flags` says the allocator "allocates with flags": a 2 MiB frame from the pools under
+/// `AllocFlags::ZERO` must read as zero, as `Machine::alloc_huge_with(.., ZERO)` gives it.
+#[test]
+fn zeroed_huge_frames_from_the_pools_read_as_zero() {
+    let spec = preset("amd-4node").unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let m = sim.boot(opts()).unwrap();
+    assert_eq!(m.reserve_huge(n(1), HugeSize::Size2M, 1), 1);
+    // A guest used the page and gave it back: the pool now holds it dirty.
+    let pfn = m.alloc_huge(n(1), HugeSize::Size2M).unwrap();
+    let p = sim.memory().frame_ptr(pfn).unwrap();
+    // SAFETY: the page was handed out to the test and lies in the simulated memory.
+    unsafe { p.as_ptr().write_bytes(0x5a, 4096) };
+    m.free_huge(pfn, HugeSize::Size2M).unwrap();
+    let mut a = NumaFrameAllocator::new(&m, n(1))
+        .with_flags(AllocFlags::ZERO)
+        .with_huge_pools();
+    let f: PhysFrame<Size2MiB> = a.allocate_frame().unwrap();
+    let got = PhysAddr::new(f.start_address().as_u64()).pfn();
+    assert_eq!(got, pfn, "the pool's one page");
+    assert_eq!(
+        sim.memory().first_word(got),
+        Some(0),
+        "a frame allocated with AllocFlags::ZERO holds the last owner's data"
+    );
+}
+
+/// `with_flags(AllocFlags::THISNODE)` asks for frames of the CPU's node: with the huge-page
+/// pools, an empty pool on that node must not be served from another node's pool (Linux's
+/// `dequeue_hugetlb_folio_nodemask` walks the `__GFP_THISNODE` zonelist, that node alone).
+#[test]
+fn thisnode_huge_frames_stay_on_the_cpu_node() {
+    let spec = preset("amd-4node").unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let m = sim.boot(opts()).unwrap();
+    assert_eq!(m.reserve_huge(n(0), HugeSize::Size2M, 1), 1);
+    let mut a = NumaFrameAllocator::new(&m, n(1))
+        .with_flags(AllocFlags::THISNODE)
+        .with_huge_pools();
+    let f: Option<PhysFrame<Size2MiB>> = a.allocate_frame();
+    assert_eq!(
+        f.and_then(|f| node_of(&m, f)),
+        None,
+        "node 1's pool is empty, yet a THISNODE frame came from another node"
+    );
+}
+
+/// `with_flags(AllocFlags::DMA32)` is documented as giving "frames a 32-bit device reaches":
+/// a 2 MiB frame from the pools under it must lie below 4 GiB.
+#[test]
+fn dma32_huge_frames_from_the_pools_lie_below_4_gib() {
+    let spec = preset("amd-4node").unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let m = sim.boot(opts()).unwrap();
+    // Node 0 starts at 0: its pool takes its page from `Normal` (above 4 GiB) first.
+    assert_eq!(m.reserve_huge(n(0), HugeSize::Size2M, 1), 1);
+    let mut a = NumaFrameAllocator::new(&m, n(0))
+        .with_flags(AllocFlags::DMA32)
+        .with_huge_pools();
+    let f: Option<PhysFrame<Size2MiB>> = a.allocate_frame();
+    if let Some(f) = f {
+        assert!(
+            f.start_address().as_u64() + Size2MiB::SIZE <= 1 << 32,
+            "a DMA32 frame at {:#x}",
+            f.start_address().as_u64()
+        );
+    }
+}

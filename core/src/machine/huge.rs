@@ -59,10 +59,15 @@ impl<'a> Machine<'a> {
             let seq = self.layout.begin();
             let list = self.layout.list(req.preferred, false);
             for node in (0..list.len()).filter_map(|i| list.get(i)) {
-                if req.filter.is_some_and(|f| !f.contains(node)) {
+                if req.filter.is_some_and(|f| !f.contains(node))
+                    || (req.flags.contains(super::AllocFlags::THISNODE) && node != req.preferred)
+                {
                     continue;
                 }
                 for kind in [ZoneKind::Normal, ZoneKind::Dma32] {
+                    if req.flags.contains(super::AllocFlags::DMA32) && kind != ZoneKind::Dma32 {
+                        continue;
+                    }
                     let zone = self.nodes[node.index()].zone(kind);
                     if let Some(got) = zone.pool_take(
                         size.order(),
@@ -88,7 +93,10 @@ impl<'a> Machine<'a> {
 
     /// [`Machine::alloc_huge`] with `flags`: [`AllocFlags::ZERO`](super::AllocFlags::ZERO)
     /// returns a page that reads as zero (a page given back to its pool is dirty, and is
-    /// cleared with no lock held); the walk flags do not apply to the pools.
+    /// cleared with no lock held); [`AllocFlags::THISNODE`](super::AllocFlags::THISNODE) keeps
+    /// the walk to `node` (Linux's `dequeue_hugetlb_folio_nodemask` walks the `__GFP_THISNODE`
+    /// zonelist) and [`AllocFlags::DMA32`](super::AllocFlags::DMA32) to the pools of `Dma32`
+    /// zones (a page a 32-bit device reaches); the other flags do not apply to the pools.
     #[must_use = "dropping the page leaks it"]
     pub fn alloc_huge_with(
         &self,
