@@ -4,7 +4,8 @@
 //! The core plans the work ([`ReservationPlan`]) as batches of independent jobs; [`reserve`]
 //! runs each batch on `threads` threads that pull job indices from one shared
 //! [`JobCursor`], and waits for them before asking for the next batch. The result is the same
-//! for any number of threads.
+//! for any number of threads, but for a node asked for more than it holds, which may end a page
+//! short (see the core's `hugetlb` module).
 #![deny(unsafe_code)]
 
 use std::io::Write;
