@@ -1081,13 +1081,21 @@ impl ZonelistHint {
         if start != 0 && at == start {
             return;
         }
+        let v = self.0.load(Ordering::Relaxed);
+        // A hinted walk that moved on past its start checked nothing before it: the hint
+        // moves, but keeps what is left of its budget until a full walk revalidates it.
+        let budget = if start != 0 && at > start && (v >> 32) as u32 == generation {
+            v & 0xffff
+        } else {
+            u64::from(HINT_BUDGET)
+        };
         let want = if at == 0 {
             0
         } else {
-            u64::from(generation) << 32 | (at.min(0xffff) as u64) << 16 | u64::from(HINT_BUDGET)
+            u64::from(generation) << 32 | (at.min(0xffff) as u64) << 16 | budget
         };
         // Relaxed: see the type's comment. Skipping equal stores keeps the line shared.
-        if self.0.load(Ordering::Relaxed) != want {
+        if v != want {
             self.0.store(want, Ordering::Relaxed);
         }
     }

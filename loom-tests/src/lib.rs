@@ -293,7 +293,7 @@ impl Tiny {
         }
     }
 
-    /// Boots it with watermarks off.
+    /// Boots it with the min watermark at 0 (`min_free_kbytes` 0).
     pub fn boot<'a>(&'a self, mem: &'a SparseMem) -> Machine<'a> {
         self.boot_with_cpus(mem, &[], PcpConfig::default())
     }
@@ -309,7 +309,7 @@ impl Tiny {
         keep(self).boot_with_cpus(keep(SparseMem::default()), cpus, pcp)
     }
 
-    /// Boots it with watermarks off and CPUs on the given nodes.
+    /// Boots it with the min watermark at 0 and CPUs on the given nodes.
     pub fn boot_with_cpus<'a>(
         &'a self,
         mem: &'a SparseMem,

@@ -78,7 +78,7 @@ impl Spec {
         Topology::new(&self.distances, &self.infos).expect("the spec's tables are a valid topology")
     }
 
-    /// Boot options with the spec's CPUs, watermarks off (`min_free_kbytes` 0) and no `Dma32`
+    /// Boot options with the spec's CPUs, the min watermark at 0 (`min_free_kbytes` 0) and no `Dma32`
     /// protection (`lowmem_reserve_ratio` 0), so that every free page can be allocated; the
     /// rest as `BootOptions::default()`.
     pub fn options(&self) -> BootOptions<'_> {

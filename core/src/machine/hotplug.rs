@@ -104,9 +104,17 @@ impl<'a> Machine<'a> {
     /// hot-add or an offline).
     pub(super) fn reset_watermarks(&self) {
         let total: u64 = self.nodes.iter().map(Node::managed_pages).sum();
+        // Linux's `nr_free_buffer_pages()`: managed pages above the high watermarks in force
+        // (none at boot; the old ones on a hot-add's or an offline's recomputation).
+        let above_high: u64 = self
+            .nodes
+            .iter()
+            .flat_map(|node| ZoneKind::ALL.map(|k| node.zone(k).counters()))
+            .map(|c| c.managed.saturating_sub(c.marks.high))
+            .sum();
         let min_kb = self
             .min_free_kbytes
-            .unwrap_or_else(|| default_min_free_kbytes(total));
+            .unwrap_or_else(|| default_min_free_kbytes(above_high));
         for node in self.nodes {
             node.set_watermarks(min_kb / 4, total, self.lowmem_reserve_ratio);
         }

@@ -75,7 +75,8 @@ pub struct BootOptions<'c> {
     /// How fallback orders are built.
     pub fallback: FallbackOptions,
     /// Memory kept free below the min watermark, machine-wide, in KiB; `None` takes Linux's
-    /// default (`sqrt(16 · total KiB)`, 128 KiB ..= 256 MiB), `Some(0)` turns watermarks off.
+    /// default (`sqrt(16 · total KiB)`, 128 KiB ..= 256 MiB). `Some(0)` sets the min watermark
+    /// to 0; as in Linux, low and high still keep 0.1% and 0.2% of each zone.
     pub min_free_kbytes: Option<u64>,
     /// Linux's `vm.lowmem_reserve_ratio` for `Dma32`: an allocation that may also use `Normal`
     /// leaves `Dma32` the managed pages of its node's `Normal` zone over this ratio beyond the

@@ -207,7 +207,7 @@ fn lowmem_reserve(ratio: u32, dma32_managed: u64, normal_managed: u64) -> u64 {
     }
 }
 
-/// Boots `spec` with `min_free_kbytes` (0: watermarks off) and `Dma32`'s protection at `ratio`.
+/// Boots `spec` with `min_free_kbytes` (0: min watermark 0) and `Dma32`'s protection at `ratio`.
 fn boot_protected<'a>(
     spec: &'a Spec,
     mem: &'a SparseMem,
@@ -986,5 +986,132 @@ fn a_free_of_a_frame_a_report_holds_is_a_double_free() {
     m.check_invariants().unwrap();
     for (tail, r) in results {
         assert_eq!(r, Err(FreeError::DoubleFree { pfn: tail }), "{first:?}");
+    }
+}
+
+/// Linux 6.12's `calculate_min_free_kbytes()`, transcribed: `lowmem_kbytes` is
+/// `nr_free_buffer_pages()` in KiB, the sum over the zones up to `Normal` of their managed
+/// pages above their high watermark (the watermarks in force when it runs: none at boot, the
+/// old ones on a hot-add's or an offline's `init_per_zone_wmark_min()`).
+fn linux_min_free_kbytes(zones: &[(u64, u64)]) -> u64 {
+    let lowmem_pages: u64 = zones
+        .iter()
+        .map(|&(managed, high)| managed.saturating_sub(high))
+        .sum();
+    let lowmem_kbytes = lowmem_pages * 4;
+    (lowmem_kbytes * 16).isqrt().clamp(128, 262_144)
+}
+
+/// Linux's `__setup_per_zone_wmarks()` min for one zone, transcribed.
+fn linux_min(min_free_kbytes: u64, zone_managed: u64, lowmem_pages: u64) -> u64 {
+    let pages_min = min_free_kbytes >> 2;
+    pages_min * zone_managed / lowmem_pages
+}
+
+#[test]
+fn hot_add_recomputes_min_free_kbytes_as_linux_does() {
+    // One node, 64 MiB, default min_free_kbytes.
+    let spec = Spec::uniform(1, 64 * MIB, 0);
+    let mem = SparseMem::default();
+    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+    let m = Machine::boot(topo, &mem, &spec.ranges, BootOptions::default()).unwrap();
+    let zones = |m: &Machine<'_>| {
+        let node = m.node(n(0)).unwrap();
+        ZoneKind::ALL.map(|k| node.zone(k).counters())
+    };
+    // Boot: no watermarks yet, so Linux's lowmem_kbytes is every managed page.
+    let before = zones(&m);
+    let managed: u64 = before.iter().map(|c| c.managed).sum();
+    let kb = linux_min_free_kbytes(&before.map(|c| (c.managed, 0)));
+    for c in before {
+        assert_eq!(c.marks.min, linux_min(kb, c.managed, managed), "boot");
+    }
+    // Hot-add 64 MiB more: Linux's online_pages() calls init_per_zone_wmark_min(), whose
+    // nr_free_buffer_pages() subtracts the high watermarks in force.
+    let added = PhysRange::new(Pfn::new(64 * MIB), Pfn::new(128 * MIB)).unwrap();
+    m.hot_add(&mem, n(0), added, FallbackOptions::default())
+        .unwrap();
+    let after = zones(&m);
+    let managed: u64 = after.iter().map(|c| c.managed).sum();
+    let mut pairs = [(0, 0); 2];
+    for (i, (a, b)) in after.iter().zip(before.iter()).enumerate() {
+        pairs[i] = (a.managed, b.marks.high);
+    }
+    let kb = linux_min_free_kbytes(&pairs);
+    for c in after {
+        if c.managed > 0 {
+            assert_eq!(
+                c.marks.min,
+                linux_min(kb, c.managed, managed),
+                "after hot-add"
+            );
+        }
+    }
+}
+
+/// `HINT_BUDGET`: "How many allocations a hint may skip for before a full walk revalidates
+/// it: the bound on how long a nearer zone that got memory back can be passed over"; and
+/// docs/architecture.md: "It spends a budget of 256 allocations before a full walk
+/// revalidates it". A hint that moves forward (the node it pointed at ran out) must not
+/// start a fresh budget without a full walk.
+#[test]
+#[cfg_attr(miri, ignore = "walk logic over many allocations")]
+fn a_hint_that_moves_on_does_not_renew_its_budget_without_a_full_walk() {
+    let spec = Spec::uniform(4, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot(&mem);
+    let mut row = [NodeId::default(); 4];
+    assert_eq!(m.fallback_order(n(0), &mut row), 4);
+    let mut held = Vec::new();
+    // The first two nodes of node 0's list empty, the third with 50 frames left.
+    for &node in &row[..3] {
+        while let Some(p) = m.alloc(node, Order::ZERO, AllocFlags::THISNODE) {
+            held.push(p);
+        }
+    }
+    let mut third: Vec<Pfn> = Vec::new();
+    held.retain(|p| {
+        if m.node_of(*p) == Some(row[2]) && third.len() < 50 {
+            third.push(*p);
+            false
+        } else {
+            true
+        }
+    });
+    m.free_bulk(&third).unwrap();
+    // A walk lands on the third node and sets the hint past the empty prefix.
+    let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+    assert_eq!(m.node_of(p), Some(row[2]));
+    held.push(p);
+    // Memory returns to the nearest node, well above its low watermark.
+    let low = m
+        .node(row[0])
+        .unwrap()
+        .zone(ZoneKind::Dma32)
+        .counters()
+        .marks
+        .low;
+    let mut back = Vec::new();
+    held.retain(|p| {
+        if m.node_of(*p) == Some(row[0]) && (back.len() as u64) < low + 16 {
+            back.push(*p);
+            false
+        } else {
+            true
+        }
+    });
+    m.free_bulk(&back).unwrap();
+    let mut steps = 0;
+    loop {
+        let q = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        steps += 1;
+        if m.node_of(q) == Some(row[0]) {
+            break;
+        }
+        held.push(q);
+        assert!(
+            steps <= crate::node::HINT_BUDGET,
+            "node 0's free frame was passed over for {steps} allocations"
+        );
     }
 }

@@ -19,8 +19,9 @@
 //! Conventions:
 //! - numaframe runs on simulated memory placed at 4 GiB (the `Normal` zone, where nearly all
 //!   memory of a real machine lives; `pair 1GiB` also shows the same node at address 0, all
-//!   `Dma32`, as `numaframe-below-4GiB`), with watermarks off (`min_free_kbytes = 0`, and no
-//!   `lowmem_reserve_ratio`) so that "fill everything" means every managed frame, as for the
+//!   `Dma32`, as `numaframe-below-4GiB`), with the min watermark at 0 (`min_free_kbytes = 0`: an
+//!   allocation past the low watermark takes the walk's min pass) and no
+//!   `lowmem_reserve_ratio`, so that "fill everything" means every managed frame, as for the
 //!   peers. Its node is 1 GiB plus room
 //!   for its own metadata (0.3 %), so that the aligned 1 GiB block is whole for order 18.
 //! - The peers number their frames from 0; numaframe's are physical frame numbers.

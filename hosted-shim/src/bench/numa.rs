@@ -284,7 +284,7 @@ impl OneNode {
     }
 }
 
-/// Frames `machine` manages (all free on a fresh boot with watermarks off).
+/// Frames `machine` manages (all free on a fresh boot with the min watermark at 0).
 pub fn managed(machine: &Machine<'_>) -> u64 {
     machine.nodes().iter().map(|n| n.managed_pages()).sum()
 }
