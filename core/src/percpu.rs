@@ -659,20 +659,9 @@ fn drain_slots(
     frames
 }
 
-/// The byte of a handed-out frame once no bulk free holds it claimed (Acquire).
-fn wait_unclaimed(byte: &AtomicU8) -> u8 {
-    loop {
-        let found = byte.load(Ordering::Acquire);
-        if found != state::CLAIMED {
-            return found;
-        }
-        crate::sync::spin_loop();
-    }
-}
-
 /// Frees an order-0 frame of the CPU's own slot, at `off`, into its stack: one swap of its
-/// byte (handed out → free), or with `unchecked` a store. A frame freed dirty is filled
-/// through `poison` first.
+/// byte (handed out → free), or with `unchecked` a store. A frame freed dirty is then filled
+/// through `poison`.
 #[inline]
 fn free_own(
     slot: &mut Slot,
@@ -684,21 +673,6 @@ fn free_own(
     poison: Poison<'_>,
 ) -> Result<(), FreeError> {
     let byte = states.states.get(off).ok_or(FreeError::Foreign { pfn })?;
-    if dirty && poison.on() {
-        // The `poison` debug mode fills the frame between the check and the swap that makes it
-        // free: a double free is refused before it touches the frame. Only a remote free
-        // (under the zone lock) can change a handed-out frame's byte meanwhile; if it wins,
-        // the swap below refuses this free, whose fill then hit a free frame that only this
-        // CPU, busy here, can hand out again.
-        if !unchecked {
-            // Acquire: as the swap's failure ordering.
-            let found = wait_unclaimed(byte);
-            if found != state::HELD {
-                return Err(misuse(found, pfn, 0));
-            }
-        }
-        poison.fill(pfn, 1);
-    }
     if unchecked {
         // Release: as below. The caller guarantees the frame is handed out and that no other
         // free of it runs, so no other writer races this store.
@@ -714,13 +688,19 @@ fn free_own(
                 Ordering::Acquire,
             ) {
                 Ok(_) => break,
-                // A bulk free holds the frame claimed, under its zone lock, for a moment: it
-                // frees it (then this free loses) or gives it back if it is refused (then this
-                // free is the only one and must win).
+                // A bulk free or a remote poisoning free holds the frame claimed, under its
+                // zone lock, for a moment: it frees it (then this free loses) or gives it back
+                // if it is refused (then this free is the only one and must win).
                 Err(state::CLAIMED) => crate::sync::spin_loop(),
                 Err(found) => return Err(misuse(found, pfn, 0)),
             }
         }
+    }
+    if dirty && poison.on() {
+        // The `poison` debug mode fills the frame once this free has won it: a double free is
+        // refused before it touches the frame. The frame is free now, but only this CPU, busy
+        // here, can hand it out again, and every other free of it is refused untouched.
+        poison.fill(pfn, 1);
     }
     slot.push(off);
     Ok(())
@@ -1642,30 +1622,31 @@ impl HotFrames for Caches<'_> {
             .ok_or(FreeError::NotAllocated { pfn })?;
         let s = states.states.get(off).ok_or(FreeError::Foreign { pfn })?;
         if dirty && poison.on() {
-            // The `poison` debug mode fills the block between the check and the swap that
-            // makes it free, as in `free_at`: a double free is refused untouched. A block of
-            // order 1 or more has no other writer here (the owner frees order 0 only, other
-            // frees hold this zone lock). For an order-0 frame the owner's own free can win
-            // meanwhile and the owner hand the frame out again; then the swap below succeeds
-            // against its new owner and the fill hit that owner's frame. That is a double free
-            // racing the frame's reallocation: from then on it is a valid free of the new
-            // owner's frame, which no allocator can tell apart from a double free.
-            // Acquire: as the swap's failure ordering.
-            let found = s.load(Ordering::Acquire);
-            if found != state::HELD | order {
-                return Err(misuse(found, pfn, order));
-            }
+            // The `poison` debug mode fills the block after a swap that claims it and before the
+            // store that makes it free: the owner's own free of the frame (no zone lock) waits
+            // for a claimed byte, so a double free is refused untouched whichever free wins.
+            // AcqRel: as the swap below.
+            s.compare_exchange(
+                state::HELD | order,
+                state::CLAIMED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .map_err(|found| misuse(found, pfn, order))?;
             poison.fill(pfn, 1 << order);
+            // Release: as the swap below; only this claim's holder changes a claimed byte.
+            s.store(freed(dirty), Ordering::Release);
+        } else {
+            // AcqRel: as in `Caches::free`; the owner's store of a popped frame and this swap
+            // are the only writers of a handed-out frame's byte.
+            s.compare_exchange(
+                state::HELD | order,
+                freed(dirty),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .map_err(|found| misuse(found, pfn, order))?;
         }
-        // AcqRel: as in `Caches::free`; the owner's store of a popped frame and this swap are
-        // the only writers of a handed-out frame's byte.
-        s.compare_exchange(
-            state::HELD | order,
-            freed(dirty),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .map_err(|found| misuse(found, pfn, order))?;
         for k in 1..1usize << order {
             // Release: the block's frames are free for the owner once it sees the count below.
             states.states[off + k].store(freed(dirty), Ordering::Release);

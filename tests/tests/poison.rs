@@ -563,3 +563,94 @@ fn a_huge_page_given_back_holds_the_pattern_and_a_write_into_it_is_reported() {
         );
     }
 }
+
+/// Two frees of one frame of a pageblock lent to CPU 0 race (a caller's double free): one frees
+/// it clean (the caller zeroed it), the other dirty. When the clean free wins, the refused dirty
+/// free must leave the frame's bytes alone: the frame is free and clean and must read as zero.
+/// Before the fix the dirty free filled the frame between its check of the state byte and its
+/// swap, whichever free then won.
+fn racing_double_free(owner_clean: bool) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let node = NodeSpec {
+        cpus: vec![0, 1],
+        memory_bytes: 64 * MIB,
+        socket: None,
+        initiator: None,
+        bandwidth_gbps: None,
+    };
+    let spec = MachineSpec::new("poison-race", vec![node], vec![10], None).unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let mem = sim.memory();
+    let cpus = [N0, N0];
+    let m = Machine::boot(
+        spec.topology(),
+        mem,
+        sim.ranges(),
+        BootOptions {
+            cpus: &cpus,
+            ..BootOptions::default()
+        },
+    )
+    .unwrap()
+    .with_clearer(mem);
+    let c0 = m.cpu(0).unwrap();
+    // Before the fix, both directions failed within 11 to 232 rounds.
+    for round in 0..2_000 {
+        let x = m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap();
+        // The caller clears the frame before its clean free (the promise of `free_clean`).
+        numaframe::FrameClearer::clear(mem, PhysRange::new(x, Pfn::new(x.get() + 1)).unwrap());
+        let go = AtomicUsize::new(0);
+        let (mine, theirs) = std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                go.fetch_add(1, Ordering::SeqCst);
+                while go.load(Ordering::SeqCst) < 2 {
+                    std::hint::spin_loop();
+                }
+                if owner_clean {
+                    m.free(x, Order::ZERO)
+                } else {
+                    m.free_clean(x, Order::ZERO)
+                }
+            });
+            go.fetch_add(1, Ordering::SeqCst);
+            while go.load(Ordering::SeqCst) < 2 {
+                std::hint::spin_loop();
+            }
+            // Sweeps the owner's free across the other free's window.
+            for _ in 0..(round * 7919) % 600 {
+                std::hint::spin_loop();
+            }
+            let mine = if owner_clean {
+                m.free_cpu_clean(c0, x, Order::ZERO)
+            } else {
+                m.free_cpu(c0, x, Order::ZERO)
+            };
+            (mine, other.join().unwrap())
+        });
+        assert!(
+            mine.is_ok() != theirs.is_ok(),
+            "one free wins: {mine:?} {theirs:?}"
+        );
+        if mine.is_ok() == owner_clean {
+            assert!(
+                reads_zero(mem, x),
+                "owner_clean {owner_clean} round {round}: the refused dirty free ({mine:?} / \
+                 {theirs:?}) filled {x:?}, which is free and clean"
+            );
+        } else {
+            assert!(reads_as(mem, x, PATTERN), "the dirty free filled {x:?}");
+        }
+    }
+    assert_eq!(found(&m).0, 0, "nothing was written after free");
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_refused_remote_poisoning_free_leaves_the_owners_clean_frame_alone() {
+    racing_double_free(true);
+}
+
+#[test]
+fn a_refused_owner_poisoning_free_leaves_a_remote_clean_frame_alone() {
+    racing_double_free(false);
+}

@@ -8,8 +8,10 @@
 //! clearer the mode does nothing. What each free frame should hold:
 //! - a frame freed dirty holds the pattern. A free fills it after its checks found the block
 //!   handed out (a double free is refused untouched) and before anyone can take the frames
-//!   again: under the zone lock, or between the check and the swap of a lent frame's state
-//!   byte (see `percpu`). Dirty memory that joins a zone (hot-add) is filled as it joins; boot
+//!   again: under the zone lock, or, for a frame of a pageblock lent to a CPU, once the owner's
+//!   free has won the frame's state byte (only that CPU, busy in the free, can hand it out) or
+//!   while a remote free holds the byte claimed (the owner's free of it waits meanwhile; see
+//!   `percpu`). Dirty memory that joins a zone (hot-add) is filled as it joins; boot
 //!   memory not declared zeroed, when the machine gets its clearer
 //!   ([`Machine::with_clearer`], which first gives back every CPU's cached pageblocks);
 //! - a frame held as clean (freed clean, scrubbed, booted zeroed) holds zeros.
