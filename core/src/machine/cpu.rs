@@ -29,8 +29,10 @@ impl<'a> Machine<'a> {
     }
 
     /// Replaces the cache tuning (clamped, see [`PcpConfig::clamped`]) and drains every cache:
-    /// when it returns, every cache follows the new tuning (with [`PcpConfig::OFF`], none holds
-    /// a frame, and none will).
+    /// when it returns, every cache no [`CpuHandle`](crate::CpuHandle) holds follows the new
+    /// tuning (with [`PcpConfig::OFF`], none holds a frame, and none will). A claimed CPU gets a
+    /// request instead: it gives its pageblocks back and follows the new tuning from its
+    /// handle's next operation or drop, whichever comes first.
     pub fn set_pcp(&self, config: PcpConfig) {
         self.caches.set_tuning(config, self.nodes);
     }
@@ -40,7 +42,8 @@ impl<'a> Machine<'a> {
         self.caches.tuning()
     }
 
-    /// Frames held in per-CPU caches (allocated as far as their zones know).
+    /// Frames held in per-CPU caches (allocated as far as their zones know), leaving out the
+    /// caches [`CpuHandle`](crate::CpuHandle)s hold.
     pub fn cached_pages(&self) -> u64 {
         self.caches.cached_pages()
     }
@@ -181,13 +184,17 @@ impl<'a> Machine<'a> {
     }
 
     /// Gives every frame in `cpu`'s cache back to its zone (CPU hotplug, or a remote drain).
+    /// When a [`CpuHandle`](crate::CpuHandle) holds the cache, it posts a request instead, which
+    /// the handle honours at its next operation or when it drops.
     pub fn drain_cpu(&self, cpu: CpuId) {
         self.caches.drain_cpu(cpu, self.nodes, |_, _| true);
     }
 
     /// Drains every CPU's cache, then merges each zone's spare pageblock (the wholly free one
     /// it keeps split for the next small allocation) back into the buddy: afterwards free
-    /// memory is as merged as it can be.
+    /// memory is as merged as it can be, but for the pageblocks of caches that
+    /// [`CpuHandle`](crate::CpuHandle)s hold, which come back at each handle's next operation or
+    /// drop (see [`Machine::drain_cpu`]).
     pub fn drain_all(&self) {
         for i in 0..self.caches.len() {
             if let Some(cpu) = self.caches.cpu(i) {
