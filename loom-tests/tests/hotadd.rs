@@ -277,3 +277,55 @@ fn disjoint_hot_adds_both_land() {
 fn overlapping_hot_adds_land_one() {
     two_hot_adds(slot(0, FRAMES / 2), slot(FRAMES / 4, FRAMES / 2));
 }
+
+/// An allocation whose walk finds every zone empty while a CPU's cache holds the only free
+/// frames drains the cache and walks once more (docs/promises.md: "cached frames never make
+/// an allocation fail"); a hot-add racing that retry must leave it the old list or the new one,
+/// "never a torn one". Node 0's list is `0 1` before node 2 gets memory and `0 2 1` after (node
+/// 2 is nearer); node 2's new memory is above 4 GiB, so the DMA32 request can use only node
+/// 1's drained frames, under either list.
+#[test]
+fn hot_add_races_the_pressure_retry() {
+    model_up_to(1, || {
+        let mut tiny = Tiny::new(3, FRAMES, &[2]);
+        tiny.distances = vec![10, 20, 15, 20, 10, 20, 15, 20, 10];
+        let tiny = keep(tiny);
+        let mem = keep(SparseMem::default());
+        let pcp = PcpConfig { batch: 2, high: 2 };
+        let (n0, n1, n2) = (NodeId::new(0), NodeId::new(1), NodeId::new(2));
+        let m = Arc::new(tiny.boot_with_cpus(mem, &[n0, n1], pcp));
+        let mut held = leave_free(&m, n0, 0);
+        held.extend(leave_free(&m, n1, 2));
+        // CPU 1 borrows node 1's pageblock with its two free frames.
+        let c1 = m.cpu(1).expect("cpu 1");
+        let p = m
+            .alloc_cpu(c1, Order::ZERO, AllocFlags::empty())
+            .expect("free frames");
+        m.free_cpu(c1, p, Order::ZERO).expect("own frame");
+        assert_eq!(m.cached_pages(), 2);
+        assert_eq!(m.node(n1).expect("node 1").free_pages(), 0);
+        let mut row = [NodeId::default(); 3];
+        assert_eq!(m.fallback_order(n0, &mut row), 2);
+
+        let adder = {
+            let m = m.clone();
+            spawn(move || {
+                let above = PhysRange::new(Pfn::new(1 << 20), Pfn::new((1 << 20) + FRAMES))
+                    .expect("ordered");
+                m.hot_add(mem, n2, above, FallbackOptions::default())
+                    .expect("hot-add");
+            })
+        };
+        let got = m.alloc(n0, Order::ZERO, AllocFlags::DMA32);
+        adder.join().expect("adder");
+        let got = got.expect("node 1's drained frames serve the request under either list");
+        assert_eq!(m.node_of(got), Some(n1));
+        m.free(got, Order::ZERO).expect("own frame");
+        for (p, order) in held {
+            m.free(p, order).expect("own block");
+        }
+        m.check_invariants().expect("invariants");
+        assert_eq!(m.fallback_order(n0, &mut row), 3);
+        assert_eq!(&row, &[n0, n2, n1]);
+    });
+}

@@ -347,9 +347,13 @@ impl<'a> Machine<'a> {
         self.caches.under_pressure(
             self.nodes,
             |node, kind| visited.contains(node) && kinds.contains(&kind),
-            || {
+            || loop {
+                // A publication during this walk may have torn the list it read: read again.
                 let seq = self.layout.begin();
-                self.walk_once(req, seq, &mut take, &mut NodeMask::default(), None)
+                let got = self.walk_once(req, seq, &mut take, &mut NodeMask::default(), None);
+                if got.is_some() || !self.layout.changed(seq) {
+                    return got;
+                }
             },
         )
     }
@@ -488,7 +492,18 @@ impl<'a> Machine<'a> {
             done += self.caches.under_pressure(
                 self.nodes,
                 |node, kind| visited.contains(node) && kinds.contains(&kind),
-                || self.bulk_once(req, &mut out[done..], &mut NodeMask::default()),
+                || {
+                    let mut got = 0;
+                    loop {
+                        // As the single walk's retry: a torn list is read again.
+                        let seq = self.layout.begin();
+                        got +=
+                            self.bulk_once(req, &mut out[done + got..], &mut NodeMask::default());
+                        if done + got == out.len() || !self.layout.changed(seq) {
+                            return got;
+                        }
+                    }
+                },
             );
         }
         done
