@@ -209,26 +209,12 @@ impl TaskPolicy {
         order: Order,
         flags: AllocFlags,
     ) -> Option<Pfn> {
-        let local = Request::new(cpu_node, cpu_node, order, flags);
-        match self.policy {
-            Policy::Local => machine.walk(&local),
-            Policy::Preferred(n) => machine.walk(&Request::new(cpu_node, n, order, flags)),
-            Policy::Bind(mask) => machine.walk(&local.within(&mask)),
-            Policy::PreferredMany(mask) => machine
-                .walk(&local.within(&mask))
-                .or_else(|| machine.walk(&local)),
-            Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
-                // A request refused before it takes anything leaves the cursor alone.
-                if machine.refuses(flags) {
-                    return None;
-                }
-                let mask = self.candidates(machine, cpu_node, buddy_serves(machine, order))?;
-                let mut il = self.il;
-                let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
-                self.il = il;
-                machine.walk(&Request::new(cpu_node, node, order, flags).interleaved())
-            }
-        }
+        self.alloc_by(
+            machine,
+            &Request::new(cpu_node, cpu_node, order, flags),
+            buddy_serves(machine, order),
+            |req| machine.walk(req),
+        )
     }
 
     /// Takes a huge page of `size` from the pools under the policy (Linux's
@@ -253,27 +239,41 @@ impl TaskPolicy {
         size: HugeSize,
         flags: AllocFlags,
     ) -> Option<Pfn> {
-        let local = Request::new(cpu_node, cpu_node, size.order(), flags);
+        self.alloc_by(
+            machine,
+            &Request::new(cpu_node, cpu_node, size.order(), flags),
+            // A package node serves a huge page while its pools have one free.
+            |n| machine.huge_counts(n, size).free > 0,
+            |req| machine.walk_pools(req, size),
+        )
+    }
+
+    /// One block for `local` (a request preferring the CPU's node) under the policy, each try
+    /// through `walk` (the buddy's walk or the pools'); `serves` says which nodes of a package
+    /// can serve it, for socket-aware interleave.
+    fn alloc_by(
+        &mut self,
+        machine: &Machine<'_>,
+        local: &Request<'_>,
+        serves: impl Fn(NodeId) -> bool,
+        walk: impl Fn(&Request<'_>) -> Option<Pfn>,
+    ) -> Option<Pfn> {
+        let (cpu_node, order, flags) = (local.cpu_node, local.order, local.flags);
         match self.policy {
-            Policy::Local => machine.walk_pools(&local, size),
-            Policy::Preferred(n) => {
-                machine.walk_pools(&Request::new(cpu_node, n, size.order(), flags), size)
-            }
-            Policy::Bind(mask) => machine.walk_pools(&local.within(&mask), size),
-            Policy::PreferredMany(mask) => machine
-                .walk_pools(&local.within(&mask), size)
-                .or_else(|| machine.walk_pools(&local, size)),
+            Policy::Local => walk(local),
+            Policy::Preferred(n) => walk(&Request::new(cpu_node, n, order, flags)),
+            Policy::Bind(mask) => walk(&local.within(&mask)),
+            Policy::PreferredMany(mask) => walk(&local.within(&mask)).or_else(|| walk(local)),
             Policy::Interleave(_) | Policy::WeightedInterleave(_) => {
-                // A package node serves a huge page while its pools have one free.
-                let pools = |n| machine.huge_counts(n, size).free > 0;
-                let mask = self.candidates(machine, cpu_node, pools)?;
+                // A request refused before it takes anything leaves the cursor alone.
+                if machine.refuses(flags) {
+                    return None;
+                }
+                let mask = self.candidates(machine, cpu_node, serves)?;
                 let mut il = self.il;
                 let node = self.with_weights(machine, |w| il.next_node(&mask, w))?;
                 self.il = il;
-                machine.walk_pools(
-                    &Request::new(cpu_node, node, size.order(), flags).interleaved(),
-                    size,
-                )
+                walk(&Request::new(cpu_node, node, order, flags).interleaved())
             }
         }
     }

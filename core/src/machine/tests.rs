@@ -710,6 +710,12 @@ fn a_refused_interleave_request_leaves_the_cursor() {
         start,
         "single: a refused call moved the cursor"
     );
+    // The pools' walk too (the `x86_64` frame allocator passes its flags to it).
+    assert_eq!(m.reserve_huge(n(0), HugeSize::Size2M, 1), 1);
+    assert_eq!(m.reserve_huge(n(1), HugeSize::Size2M, 1), 1);
+    let huge = t.alloc_huge_with(&m, n(0), HugeSize::Size2M, AllocFlags::ZERO);
+    assert_eq!(huge, None);
+    assert_eq!(t.il_state(), start, "huge: a refused call moved the cursor");
 }
 
 /// Nodes 0 and 1 with 4096 frames each, and node 2 with CPUs and no memory, next to node 1.
