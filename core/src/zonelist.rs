@@ -172,44 +172,14 @@ pub fn build_fallback(
     }
 }
 
-/// Calls `f` with every node and the first entry of its fallback order (`None` for an empty
-/// order), as [`build_fallback`] builds them, without a table: Linux's `local_memory_node()`,
-/// which `numa_mem_id()` gives a memoryless node.
-///
-/// # Panics
-/// As [`build_fallback`].
-pub(crate) fn for_each_first(
-    topo: &Topology<'_>,
-    states: &NodeStates,
-    opts: FallbackOptions,
-    scratch: &mut Scratch<'_>,
-    mut f: impl FnMut(NodeId, Option<NodeId>),
-) {
-    let mut next = 0;
-    let mut first = None;
-    for_each_entry(topo, states, opts, scratch, |local, i, node| {
-        // Nodes come in order: report those before `local`, whose rows are done.
-        while next < local.index() {
-            f(NodeId::new(next), first.take());
-            next += 1;
-        }
-        if i == 0 {
-            first = Some(node);
-        }
-    });
-    while next < topo.len() {
-        f(NodeId::new(next), first.take());
-        next += 1;
-    }
-}
-
 /// The fallback orders of every node of `topo`, in node order, entry by entry: `entry(local,
 /// i, node)` says that `node` is entry `i` of `local`'s order (Linux's `build_zonelists`, with
-/// `find_next_best_node`'s accumulated load).
+/// `find_next_best_node`'s accumulated load). Entry 0 of a node's order is Linux's
+/// `local_memory_node()`, which `numa_mem_id()` gives a memoryless node.
 ///
 /// # Panics
 /// If `scratch` holds fewer nodes than `topo` (a caller bug, not an input).
-fn for_each_entry(
+pub(crate) fn for_each_entry(
     topo: &Topology<'_>,
     states: &NodeStates,
     opts: FallbackOptions,

@@ -16,7 +16,7 @@ use crate::percpu::{Caches, EventLines, PerCpu, SLOTS, SlotStates, lines_for};
 use crate::platform::{BootCarve, PhysMemory, pages_for, tail};
 use crate::sync::{AtomicU16, RwLock};
 use crate::topology::{NodeId, Topology};
-use crate::zonelist::{NodeStates, Scratch, for_each_first};
+use crate::zonelist::{NodeStates, Scratch, for_each_entry};
 
 /// One zone's share of a memory range: the frames to manage and the metadata carved from its end.
 #[derive(Clone, Copy, Debug)]
@@ -441,22 +441,23 @@ impl<'a> Machine<'a> {
             memory: topo.memory_nodes(),
             cpus: topo.cpu_nodes(),
         };
+        lens.fill(u16::MAX);
         if states.memory.count() < n {
             let mut scratch = Scratch {
                 load: &mut load[..],
                 keys: &mut keys[..],
             };
-            for_each_first(
+            for_each_entry(
                 &topo,
                 &states,
                 opts.fallback,
                 &mut scratch,
-                |node, first| {
-                    lens[node.index()] = first.map_or(u16::MAX, |f| f.index() as u16);
+                |node, i, first| {
+                    if i == 0 {
+                        lens[node.index()] = first.index() as u16;
+                    }
                 },
             );
-        } else {
-            lens.fill(u16::MAX);
         }
         // Then each node's own tables, then each CPU's, from the memory nearest to them.
         let mut rooms = Rooms {
