@@ -1621,31 +1621,23 @@ impl HotFrames for Caches<'_> {
             .states_of(cpu, slot)
             .ok_or(FreeError::NotAllocated { pfn })?;
         let s = states.states.get(off).ok_or(FreeError::Foreign { pfn })?;
-        if dirty && poison.on() {
-            // The `poison` debug mode fills the block after a swap that claims it and before the
-            // store that makes it free: the owner's own free of the frame (no zone lock) waits
-            // for a claimed byte, so a double free is refused untouched whichever free wins.
-            // AcqRel: as the swap below.
-            s.compare_exchange(
-                state::HELD | order,
-                state::CLAIMED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .map_err(|found| misuse(found, pfn, order))?;
+        // The `poison` debug mode fills the block between a swap that claims it and the store
+        // that makes it free: the owner's own free of the frame (no zone lock) waits for a
+        // claimed byte, so a double free is refused untouched whichever free wins.
+        let fill = dirty && poison.on();
+        // AcqRel: as in `Caches::free`; the owner's store of a popped frame and this swap are
+        // the only writers of a handed-out frame's byte.
+        s.compare_exchange(
+            state::HELD | order,
+            if fill { state::CLAIMED } else { freed(dirty) },
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .map_err(|found| misuse(found, pfn, order))?;
+        if fill {
             poison.fill(pfn, 1 << order);
-            // Release: as the swap below; only this claim's holder changes a claimed byte.
+            // Release: as the swap; only this claim's holder changes a claimed byte.
             s.store(freed(dirty), Ordering::Release);
-        } else {
-            // AcqRel: as in `Caches::free`; the owner's store of a popped frame and this swap
-            // are the only writers of a handed-out frame's byte.
-            s.compare_exchange(
-                state::HELD | order,
-                freed(dirty),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .map_err(|found| misuse(found, pfn, order))?;
         }
         for k in 1..1usize << order {
             // Release: the block's frames are free for the owner once it sees the count below.
