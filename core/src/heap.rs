@@ -854,29 +854,38 @@ mod tests {
     }
 
     #[test]
-    fn a_size_just_under_a_block_is_served() {
-        // linked_list_allocator rounds sizes to 8 bytes and refuses a hole that would keep a
-        // tail of 1..16 bytes, while `order_for` rounds to 16: a size whose 8-rounded value is
-        // 8 bytes short of a block gets a block it can never be placed in.
+    fn a_size_just_under_a_block_is_served_and_no_node_outside_the_machine() {
         let spec = Spec::uniform(2, 2048, 0);
         let mem = SparseMem::default();
         let m = spec.boot(&mem);
         let frames = VecFrames::new(0, 4096);
-        let heap: NumaHeap<'_, '_, 2> = NumaHeap::new();
+        // Room for 4 nodes on a machine of 2.
+        let heap: NumaHeap<'_, '_, 4> = NumaHeap::new();
         // SAFETY: nothing else frees the heap's blocks.
         unsafe { heap.init(&m, &frames, current, DEFAULT_GROW_ORDER) }.unwrap();
-        // 128 KiB - 8 bytes (a `Vec<u8>::with_capacity(131_064)`): order 5, above the grow
-        // order, so each node's heap starts a chunk of exactly 128 KiB for it.
+        // linked_list_allocator rounds sizes to 8 bytes and refuses a hole that would keep a
+        // tail of 8 bytes, while `order_for` rounds to 16: 128 KiB - 8 bytes (a
+        // `Vec<u8>::with_capacity(131_064)`, order 5, above the grow order) got a chunk of
+        // exactly 128 KiB it could never be placed in, on every node.
         let layout = Layout::from_size_align((128 << 10) - 8, 8).unwrap();
         let p = heap.alloc_on(node(0), layout);
-        let (s0, s1) = (heap.stats(node(0)), heap.stats(node(1)));
         assert!(
             !p.is_null(),
-            "two nodes of 8 MiB, yet a {}-byte allocation failed; node heaps {s0:?} {s1:?}",
-            layout.size()
+            "two nodes of 8 MiB, yet a {}-byte allocation failed; node heaps {:?} {:?}",
+            layout.size(),
+            heap.stats(node(0)),
+            heap.stats(node(1))
         );
         // SAFETY: `p` came from `heap.alloc(layout)`.
         unsafe { heap.dealloc(p, layout) };
+        // `NumaHeap::stats`: "all zero for a node outside the machine"; an allocation there
+        // gets nothing (a heap past the machine's nodes took node 0's memory).
+        let small = Layout::from_size_align(64, 8).unwrap();
+        assert!(
+            heap.alloc_on(node(3), small).is_null(),
+            "node 3 of 2 got memory"
+        );
+        assert_eq!(heap.stats(node(3)), HeapStats::default());
     }
 
     #[test]
@@ -903,32 +912,6 @@ mod tests {
             // SAFETY: `p` came from `h` with `layout`.
             assert!(unsafe { h.dealloc(p, layout) });
         }
-    }
-
-    #[test]
-    fn a_node_outside_the_machine_has_an_empty_heap() {
-        // `NumaHeap::stats`: "all zero for a node outside the machine"; the promises: an
-        // allocation on a node outside the machine gets nothing.
-        let spec = Spec::uniform(2, 2048, 0);
-        let mem = SparseMem::default();
-        let m = spec.boot(&mem);
-        let frames = VecFrames::new(0, 4096);
-        let heap: NumaHeap<'_, '_, 4> = NumaHeap::new();
-        // SAFETY: nothing else frees the heap's blocks.
-        unsafe { heap.init(&m, &frames, current, DEFAULT_GROW_ORDER) }.unwrap();
-        let layout = Layout::from_size_align(64, 8).unwrap();
-        let p = heap.alloc_on(node(3), layout);
-        let s3 = heap.stats(node(3));
-        if !p.is_null() {
-            let pfn = Pfn::new((p.addr() - frames.ptr.addr()) as u64 / PAGE_SIZE);
-            // SAFETY: `p` came from `heap` with `layout`.
-            unsafe { heap.dealloc(p, layout) };
-            panic!(
-                "node 3 of a 2-node machine got memory of {:?}; its heap: {s3:?}",
-                m.node_of(pfn)
-            );
-        }
-        assert_eq!(s3, HeapStats::default());
     }
 
     #[test]

@@ -27,6 +27,17 @@ fn node0() -> NodeId {
     NodeId::new(0)
 }
 
+/// Boots `spec` on `mem` with its memory dirty (not declared zeroed).
+fn boot_dirty<'m>(spec: &'m Spec, mem: &'m SparseMem) -> Machine<'m> {
+    spec.boot_with(
+        mem,
+        BootOptions {
+            zeroed: false,
+            ..spec.options()
+        },
+    )
+}
+
 /// Reports node 0 at `order` with `capacity`, returning every batch.
 fn report(m: &Machine<'_>, order: u8, capacity: usize) -> Vec<Vec<PhysRange>> {
     let mut batches = Vec::new();
@@ -257,15 +268,7 @@ fn reported_memory_is_clean_only_if_the_host_zeroes_it() {
         let spec = spec();
         let mem = SparseMem::default();
         let clearer = Counting(Mutex::new(0));
-        let m = spec
-            .boot_with(
-                &mem,
-                BootOptions {
-                    zeroed: false,
-                    ..spec.options()
-                },
-            )
-            .with_clearer(&clearer);
+        let m = boot_dirty(&spec, &mem).with_clearer(&clearer);
         let m = if zeroing { m.with_zeroing_host() } else { m };
         let node = m.node(node0()).unwrap();
         assert_eq!(
@@ -490,15 +493,7 @@ fn the_invariant_walk_passes_while_a_scrub_holds_reported_memory() {
             inside: std::sync::Barrier::new(2),
             looked: std::sync::Barrier::new(2),
         };
-        let m = spec
-            .boot_with(
-                &mem,
-                BootOptions {
-                    zeroed: false,
-                    ..spec.options()
-                },
-            )
-            .with_clearer(&gate);
+        let m = boot_dirty(&spec, &mem).with_clearer(&gate);
         // Both whole sections handed out: the scrub then takes a block of pageblocks of the
         // third section; `whole` leaves them free, so it takes a whole section.
         let held: Vec<Pfn> = if whole {
@@ -560,14 +555,7 @@ fn a_scrub_does_not_write_reported_memory_the_host_took_back() {
         hook: &HOOK,
         cleared: Mutex::new(Vec::new()),
     };
-    let m = spec
-        .boot_with(
-            &mem,
-            BootOptions {
-                zeroed: false,
-                ..spec.options()
-            },
-        )
+    let m = boot_dirty(&spec, &mem)
         .with_clearer(&log)
         .with_install(&HOOK);
     let blocks = flat(&report(&m, 9, 32));

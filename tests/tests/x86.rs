@@ -298,44 +298,43 @@ fn zeroed_huge_frames_from_the_pools_read_as_zero() {
     );
 }
 
+/// On amd-4node with one 2 MiB page reserved, in node 0's pool (from its `Normal` zone, above
+/// 4 GiB: node 0 starts at 0 and its pool takes from `Normal` first), the 2 MiB frame an
+/// allocator of node `cpu_node` with `flags` takes from the pools: its node and address.
+fn pool_frame(cpu_node: NodeId, flags: AllocFlags) -> Option<(Option<NodeId>, u64)> {
+    let spec = preset("amd-4node").unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let m = sim.boot(opts()).unwrap();
+    assert_eq!(m.reserve_huge(n(0), HugeSize::Size2M, 1), 1);
+    let mut a = NumaFrameAllocator::new(&m, cpu_node)
+        .with_flags(flags)
+        .with_huge_pools();
+    let f: PhysFrame<Size2MiB> = a.allocate_frame()?;
+    Some((node_of(&m, f), f.start_address().as_u64()))
+}
+
 /// `with_flags(AllocFlags::THISNODE)` asks for frames of the CPU's node: with the huge-page
 /// pools, an empty pool on that node must not be served from another node's pool (Linux's
 /// `dequeue_hugetlb_folio_nodemask` walks the `__GFP_THISNODE` zonelist, that node alone).
 #[test]
 fn thisnode_huge_frames_stay_on_the_cpu_node() {
-    let spec = preset("amd-4node").unwrap();
-    let sim = Sim::new(&spec).unwrap();
-    let m = sim.boot(opts()).unwrap();
-    assert_eq!(m.reserve_huge(n(0), HugeSize::Size2M, 1), 1);
-    let mut a = NumaFrameAllocator::new(&m, n(1))
-        .with_flags(AllocFlags::THISNODE)
-        .with_huge_pools();
-    let f: Option<PhysFrame<Size2MiB>> = a.allocate_frame();
     assert_eq!(
-        f.and_then(|f| node_of(&m, f)),
+        pool_frame(n(1), AllocFlags::THISNODE),
         None,
         "node 1's pool is empty, yet a THISNODE frame came from another node"
+    );
+    assert!(
+        pool_frame(n(0), AllocFlags::THISNODE).is_some(),
+        "node 0's own page"
     );
 }
 
 /// `with_flags(AllocFlags::DMA32)` is documented as giving "frames a 32-bit device reaches":
-/// a 2 MiB frame from the pools under it must lie below 4 GiB.
+/// a 2 MiB frame from the pools under it must lie below 4 GiB (the one pooled page lies above).
 #[test]
 fn dma32_huge_frames_from_the_pools_lie_below_4_gib() {
-    let spec = preset("amd-4node").unwrap();
-    let sim = Sim::new(&spec).unwrap();
-    let m = sim.boot(opts()).unwrap();
-    // Node 0 starts at 0: its pool takes its page from `Normal` (above 4 GiB) first.
-    assert_eq!(m.reserve_huge(n(0), HugeSize::Size2M, 1), 1);
-    let mut a = NumaFrameAllocator::new(&m, n(0))
-        .with_flags(AllocFlags::DMA32)
-        .with_huge_pools();
-    let f: Option<PhysFrame<Size2MiB>> = a.allocate_frame();
-    if let Some(f) = f {
-        assert!(
-            f.start_address().as_u64() + Size2MiB::SIZE <= 1 << 32,
-            "a DMA32 frame at {:#x}",
-            f.start_address().as_u64()
-        );
+    assert!(pool_frame(n(0), AllocFlags::empty()).is_some_and(|(_, at)| at >= 1 << 32));
+    if let Some((_, at)) = pool_frame(n(0), AllocFlags::DMA32) {
+        assert!(at + Size2MiB::SIZE <= 1 << 32, "a DMA32 frame at {at:#x}");
     }
 }

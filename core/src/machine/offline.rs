@@ -703,34 +703,9 @@ mod tests {
         m.hot_add(&mem, n(2), a, FallbackOptions::default())
             .unwrap();
         // Split `b`'s whole section (its array from `a`'s seed) and many of its pageblocks
-        // (their planes from `a`'s seed first): order-1 blocks, one class then the other,
-        // until 40 pageblocks of that section hold some.
+        // (their planes from `a`'s seed first).
         let whole = range(ADDED + (1 << 18), 1 << 18);
-        let mut held = Vec::new();
-        let mut pbs = std::collections::BTreeSet::new();
-        while pbs.len() < 40 {
-            let class = if held.len() % 2 == 0 {
-                AllocFlags::empty()
-            } else {
-                AllocFlags::SHORT_LIVED
-            };
-            let p = m
-                .alloc(n(2), Order::new(1), AllocFlags::THISNODE | class)
-                .unwrap();
-            if whole.contains(p) {
-                pbs.insert(p.get() >> 9);
-            }
-            held.push(p);
-            // Fill what each pageblock has: the next goes on to another.
-            if held.len() % 64 == 0 {
-                for _ in 0..200 {
-                    held.push(
-                        m.alloc(n(2), Order::new(1), AllocFlags::THISNODE | class)
-                            .unwrap(),
-                    );
-                }
-            }
-        }
+        let held = split_pageblocks_of(&m, whole);
         // Frames of `a` that got handed out go back, so `a` is free.
         let (ina, inb): (Vec<Pfn>, Vec<Pfn>) = held.iter().partition(|p| a.contains(**p));
         for p in &ina {
@@ -773,6 +748,34 @@ mod tests {
         m.check_invariants().unwrap();
     }
 
+    /// Order-1 blocks of node 2, one class then the other, until 40 pageblocks of `whole` hold
+    /// some (filling what each pageblock has, so the next goes on to another): splits `whole`'s
+    /// section and many of its pageblocks. Returns every block handed out.
+    fn split_pageblocks_of(m: &Machine<'_>, whole: PhysRange) -> Vec<Pfn> {
+        let mut held = Vec::new();
+        let mut pbs = std::collections::BTreeSet::new();
+        let alloc = |class| {
+            m.alloc(n(2), Order::new(1), AllocFlags::THISNODE | class)
+                .unwrap()
+        };
+        while pbs.len() < 40 {
+            let class = if held.len() % 2 == 0 {
+                AllocFlags::empty()
+            } else {
+                AllocFlags::SHORT_LIVED
+            };
+            let p = alloc(class);
+            if whole.contains(p) {
+                pbs.insert(p.get() >> 9);
+            }
+            held.push(p);
+            if held.len() % 64 == 0 {
+                held.extend((0..200).map(|_| alloc(class)));
+            }
+        }
+        held
+    }
+
     /// A refused offline leaves the free memory as it was ("the frames handed out and the
     /// free memory (free and cached) are as before"): here `a`'s seed holds metadata of `b`
     /// (which stays), `c` (offlined with `a`) has a frame in use. The offline is refused for
@@ -791,33 +794,10 @@ mod tests {
             m.hot_add(&mem, n(2), r, FallbackOptions::default())
                 .unwrap();
         }
-        // As in `other_spans_metadata_moves_out_of_a_leaving_span`: `b`'s whole section split
-        // into many pageblocks, their planes and its array in `a`'s seed.
+        // `b`'s whole section split into many pageblocks, their planes and its array in `a`'s
+        // seed.
         let whole = range(ADDED + (1 << 18), 1 << 18);
-        let mut held = Vec::new();
-        let mut pbs = std::collections::BTreeSet::new();
-        while pbs.len() < 40 {
-            let class = if held.len() % 2 == 0 {
-                AllocFlags::empty()
-            } else {
-                AllocFlags::SHORT_LIVED
-            };
-            let p = m
-                .alloc(n(2), Order::new(1), AllocFlags::THISNODE | class)
-                .unwrap();
-            if whole.contains(p) {
-                pbs.insert(p.get() >> 9);
-            }
-            held.push(p);
-            if held.len() % 64 == 0 {
-                for _ in 0..200 {
-                    held.push(
-                        m.alloc(n(2), Order::new(1), AllocFlags::THISNODE | class)
-                            .unwrap(),
-                    );
-                }
-            }
-        }
+        let held = split_pageblocks_of(&m, whole);
         // `a` is free; one block of `c` stays in use.
         let busy = *held.iter().find(|p| c.contains(**p)).unwrap();
         for p in held.iter().filter(|p| **p != busy && !b.contains(**p)) {

@@ -434,6 +434,36 @@ fn huge_pools_reserve_hand_out_and_refuse_misuse() {
     assert_eq!(snapshot(&m), before, "released pages merge back");
 }
 
+/// Node 0's fallback order of the 4-node `m`, once every frame of its first three nodes is
+/// handed out (returned with it).
+fn exhaust_the_first_three(m: &Machine<'_>) -> ([NodeId; 4], Vec<Pfn>) {
+    let mut row = [NodeId::default(); 4];
+    assert_eq!(m.fallback_order(n(0), &mut row), 4);
+    let mut held = Vec::new();
+    for &node in &row[..3] {
+        while let Some(p) = m.alloc(node, Order::ZERO, AllocFlags::THISNODE) {
+            held.push(p);
+        }
+    }
+    (row, held)
+}
+
+/// Allocates order-0 frames for node 0 until one comes from `nearest`, keeping the others in
+/// `held`; fails if that takes more than `HINT_BUDGET` allocations.
+fn nearest_within_the_budget(m: &Machine<'_>, nearest: NodeId, held: &mut Vec<Pfn>) {
+    for steps in 1.. {
+        let q = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        if m.node_of(q) == Some(nearest) {
+            return;
+        }
+        held.push(q);
+        assert!(
+            steps <= crate::node::HINT_BUDGET,
+            "node {nearest}'s free memory was passed over for {steps} allocations"
+        );
+    }
+}
+
 #[test]
 #[cfg_attr(
     miri,
@@ -443,15 +473,8 @@ fn hint_skips_exhausted_prefix_but_never_fails_a_full_walk() {
     let spec = Spec::uniform(4, 600, 0);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
-    let mut row = [NodeId::default(); 4];
-    assert_eq!(m.fallback_order(n(0), &mut row), 4);
     // Exhaust the first three nodes of node 0's list for order 0.
-    let mut held = Vec::new();
-    for &node in &row[..3] {
-        while let Some(p) = m.alloc(node, Order::ZERO, AllocFlags::THISNODE) {
-            held.push(p);
-        }
-    }
+    let (row, mut held) = exhaust_the_first_three(&m);
     let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
     assert_eq!(m.node_of(p), Some(row[3]));
     let generation = layout::Layout::generation(m.layout.begin());
@@ -463,19 +486,7 @@ fn hint_skips_exhausted_prefix_but_never_fails_a_full_walk() {
         .position(|p| m.node_of(*p) == Some(row[0]))
         .unwrap();
     m.free(held.swap_remove(back), Order::ZERO).unwrap();
-    let mut steps = 0;
-    loop {
-        let q = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
-        steps += 1;
-        if m.node_of(q) == Some(row[0]) {
-            break;
-        }
-        held.push(q);
-        assert!(
-            steps <= crate::node::HINT_BUDGET,
-            "a nearer zone was skipped for {steps} allocations"
-        );
-    }
+    nearest_within_the_budget(&m, row[0], &mut held);
     // Exhaust the last node too: a hinted walk must still find memory in the prefix.
     while let Some(q) = m.alloc(row[3], Order::ZERO, AllocFlags::THISNODE) {
         held.push(q);
@@ -1066,30 +1077,26 @@ fn a_hint_that_moves_on_does_not_renew_its_budget_without_a_full_walk() {
     let spec = Spec::uniform(4, 2048, 0);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
-    let mut row = [NodeId::default(); 4];
-    assert_eq!(m.fallback_order(n(0), &mut row), 4);
-    let mut held = Vec::new();
     // The first two nodes of node 0's list empty, the third with 50 frames left.
-    for &node in &row[..3] {
-        while let Some(p) = m.alloc(node, Order::ZERO, AllocFlags::THISNODE) {
-            held.push(p);
-        }
-    }
-    let mut third: Vec<Pfn> = Vec::new();
-    held.retain(|p| {
-        if m.node_of(*p) == Some(row[2]) && third.len() < 50 {
-            third.push(*p);
-            false
-        } else {
-            true
-        }
-    });
-    m.free_bulk(&third).unwrap();
+    let (row, mut held) = exhaust_the_first_three(&m);
+    let take_out = |held: &mut Vec<Pfn>, node: NodeId, count: u64| {
+        let mut out = Vec::new();
+        held.retain(|p| {
+            let take = m.node_of(*p) == Some(node) && (out.len() as u64) < count;
+            if take {
+                out.push(*p);
+            }
+            !take
+        });
+        m.free_bulk(&out).unwrap();
+    };
+    take_out(&mut held, row[2], 50);
     // A walk lands on the third node and sets the hint past the empty prefix.
     let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
     assert_eq!(m.node_of(p), Some(row[2]));
     held.push(p);
-    // Memory returns to the nearest node, well above its low watermark.
+    // Memory returns to the nearest node, well above its low watermark. The hint moves on to
+    // the fourth node once the third runs out, but keeps what is left of its budget.
     let low = m
         .node(row[0])
         .unwrap()
@@ -1097,27 +1104,6 @@ fn a_hint_that_moves_on_does_not_renew_its_budget_without_a_full_walk() {
         .counters()
         .marks
         .low;
-    let mut back = Vec::new();
-    held.retain(|p| {
-        if m.node_of(*p) == Some(row[0]) && (back.len() as u64) < low + 16 {
-            back.push(*p);
-            false
-        } else {
-            true
-        }
-    });
-    m.free_bulk(&back).unwrap();
-    let mut steps = 0;
-    loop {
-        let q = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
-        steps += 1;
-        if m.node_of(q) == Some(row[0]) {
-            break;
-        }
-        held.push(q);
-        assert!(
-            steps <= crate::node::HINT_BUDGET,
-            "node 0's free frame was passed over for {steps} allocations"
-        );
-    }
+    take_out(&mut held, row[0], low + 16);
+    nearest_within_the_budget(&m, row[0], &mut held);
 }
