@@ -187,8 +187,13 @@ impl TaskPolicy {
             Some((cpu, m)) if cpu == cpu_node => m,
             _ => {
                 let topo = machine.topology();
-                let pkg = topo.package_of(cpu_node);
-                let m = NodeMask::from_nodes(given.iter().filter(|n| topo.package_of(*n) == pkg));
+                // A node of no package shares none with anyone: no restriction to try.
+                let m = match topo.package_of(cpu_node) {
+                    Some(pkg) => NodeMask::from_nodes(
+                        given.iter().filter(|n| topo.package_of(*n) == Some(pkg)),
+                    ),
+                    None => NodeMask::EMPTY,
+                };
                 self.package = Some((cpu_node, m));
                 m
             }
@@ -363,10 +368,12 @@ fn buddy_serves(machine: &Machine<'_>, order: Order) -> impl Fn(NodeId) -> bool 
 }
 
 /// Automatic weights from the topology's bandwidths (docs/interleave.md): `floor(32·bw/Σbw)`, at
-/// least 1, divided by their gcd, over the nodes of `mask`.
+/// least 1, divided by their gcd, over the nodes of `mask` that the topology gives memory (Linux
+/// sums over `N_MEMORY`; a mask with none of them keeps all its nodes). A node outside those
+/// weighs 1: a memoryless node of the mask, and also one that a hot-add gave memory after boot.
 ///
 /// # Errors
-/// [`PolicyError::MissingBandwidth`] if a node of the mask has no bandwidth, or the errors of
+/// [`PolicyError::MissingBandwidth`] if a node of those has no bandwidth, or the errors of
 /// [`Weights::auto`].
 pub fn auto_weights(topo: &Topology<'_>, mask: &NodeMask) -> Result<Weights, PolicyError> {
     if let Some(bad) = mask.iter().find(|n| !topo.contains(*n)) {
@@ -376,5 +383,13 @@ pub fn auto_weights(topo: &Topology<'_>, mask: &NodeMask) -> Result<Weights, Pol
     for n in topo.node_ids() {
         bw[n.index()] = topo.info(n).bandwidth_gbps;
     }
-    Weights::auto(&bw[..topo.len()], mask)
+    // The policy's nodes are the mask's nodes with memory (Linux sums over `N_MEMORY`); a mask
+    // without any keeps its nodes, as the policy does.
+    let with_memory = mask.and(&topo.memory_nodes());
+    let set = if with_memory.is_empty() {
+        *mask
+    } else {
+        with_memory
+    };
+    Weights::auto(&bw[..topo.len()], &set)
 }

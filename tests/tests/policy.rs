@@ -668,3 +668,93 @@ fn interleaved_huge_pages_count_interleave_hits() {
     assert_eq!(d(|s| s.numa_hit), [2, 2]);
     assert_eq!(d(|s| s.interleave_hit), [2, 2]);
 }
+
+// --- review r34pol ---
+
+/// docs/interleave.md: "A CPU-less node with none of these belongs to no package", and the
+/// socket-aware interleave runs over `policy nodes ∩ package(cpu node)`, falling back to the
+/// whole set when no node of that restriction can serve. A CPU-less node with no initiator, no
+/// socket and every CPU node at 255 has no package, so it shares none with another such node:
+/// from it, the restriction is empty and the whole set is used.
+#[test]
+fn socket_aware_nodes_without_a_package_share_none() {
+    // Node 0: CPUs, socket 0. Nodes 1 and 2: CPU-less, no initiator, no socket, unreachable
+    // from node 0 (255), 20 from each other.
+    let nodes = vec![
+        NodeSpec {
+            cpus: vec![0],
+            memory_bytes: 64 * MIB,
+            socket: Some(0),
+            ..NodeSpec::default()
+        },
+        NodeSpec {
+            memory_bytes: 64 * MIB,
+            ..NodeSpec::default()
+        },
+        NodeSpec {
+            memory_bytes: 64 * MIB,
+            ..NodeSpec::default()
+        },
+    ];
+    let spec = MachineSpec::new(
+        "orphans",
+        nodes,
+        vec![10, 255, 255, 255, 10, 20, 255, 20, 10],
+        None,
+    )
+    .unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let m = boot(&sim);
+    let topo = m.topology();
+    assert_eq!(topo.package_of(n(1)), None, "node 1 belongs to no package");
+    assert_eq!(topo.package_of(n(2)), None, "node 2 belongs to no package");
+    let all = mask(&[0, 1, 2]);
+    // Without socket awareness: one page per node, 0, 1, 2.
+    let mut flat = TaskPolicy::new(&m, Policy::Interleave(all), false).unwrap();
+    let mut out = vec![Pfn::new(0); 30];
+    let r = flat.alloc_bulk(&m, n(1), AllocFlags::empty(), &mut out);
+    assert_eq!(per_node(&m, &out[..r.placed], 3), [10, 10, 10]);
+    m.free_bulk(&out[..r.placed]).unwrap();
+    // With it, from node 1 (no package): the same, since no node shares node 1's package.
+    let mut aware = TaskPolicy::new(&m, Policy::Interleave(all), true).unwrap();
+    let r = aware.alloc_bulk(&m, n(1), AllocFlags::empty(), &mut out);
+    assert_eq!(
+        per_node(&m, &out[..r.placed], 3),
+        [10, 10, 10],
+        "nodes 1 and 2 were treated as one package"
+    );
+    m.free_bulk(&out[..r.placed]).unwrap();
+}
+
+/// docs/interleave.md: the policy's node set is "the mask given ∩ the nodes with memory now",
+/// and auto weights are computed "as Linux's auto mode computes them ... over the nodes of the
+/// set". Linux's `reduce_interleave_weights()` sums over `N_MEMORY` nodes only. A memoryless
+/// CPU node in the mask takes no turn and has no memory bandwidth: it must neither fail the
+/// computation nor change the other nodes' weights.
+#[test]
+fn auto_weights_ignore_memoryless_nodes_of_the_mask() {
+    let bw = |b: Option<u32>, mib: u64, cpu: u32| NodeSpec {
+        cpus: vec![cpu],
+        memory_bytes: mib * MIB,
+        socket: Some(cpu as u16),
+        bandwidth_gbps: b,
+        ..NodeSpec::default()
+    };
+    let spec = MachineSpec::new(
+        "memoryless-cpu-node",
+        vec![bw(Some(200), 64, 0), bw(Some(100), 64, 1), bw(None, 0, 2)],
+        uniform_distances(3),
+        None,
+    )
+    .unwrap();
+    let sim = Sim::new(&spec).unwrap();
+    let m = boot(&sim);
+    assert!(!m.memory_nodes().contains(n(2)));
+    // Over the nodes with memory alone: 21, 10.
+    let w = auto_weights(m.topology(), &mask(&[0, 1])).unwrap();
+    assert_eq!((w.get(n(0)), w.get(n(1))), (21, 10));
+    // The same mask with the memoryless node 2 added: the policy's set is still {0, 1}.
+    let w = auto_weights(m.topology(), &mask(&[0, 1, 2]))
+        .expect("a memoryless node of the mask needs no bandwidth");
+    assert_eq!((w.get(n(0)), w.get(n(1))), (21, 10));
+}
