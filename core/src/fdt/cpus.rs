@@ -11,7 +11,7 @@ use crate::topology::NodeId;
 pub(super) fn for_each_cpu<'d>(
     tree: &Tree<'d>,
     cpus: &Visit<'d>,
-    mut f: impl FnMut(NodeId),
+    mut f: impl FnMut(Result<NodeId, FdtError>),
 ) -> Result<(), FdtError> {
     tree.children(cpus, |cpu| {
         let p = tree.props(&cpu)?;
@@ -19,8 +19,8 @@ pub(super) fn for_each_cpu<'d>(
             return Ok(());
         }
         f(match p.node_id {
-            Some(v) => value::node_id(tree.dtb, v)?,
-            None => NodeId::new(0),
+            Some(v) => value::node_id(tree.dtb, v),
+            None => Ok(NodeId::new(0)),
         });
         Ok(())
     })

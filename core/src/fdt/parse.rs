@@ -28,10 +28,11 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     let mut max_id = 0usize;
     let mut numa = false;
     let mut missing_id: Option<usize> = None;
-    let mut matrix: Option<&'d [u8]> = None;
+    let mut matrix: Option<Result<&'d [u8], FdtError>> = None;
     let mut bootargs = None;
     let mut memory_nodes = 0usize;
     let (mut nranges, mut ncpus) = (0usize, 0usize);
+    let mut cpu_error: Option<FdtError> = None;
 
     tree.children(&root, |child| {
         let p = tree.props(&child)?;
@@ -56,6 +57,11 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
             })?;
         } else if child.name == "cpus" {
             cpus::for_each_cpu(&tree, &child, |node| {
+                // A CPU's id matters only on a NUMA machine: its error waits for `numa`.
+                let node = node.unwrap_or_else(|e| {
+                    cpu_error.get_or_insert(e);
+                    NodeId::new(0)
+                });
                 if let Some(slot) = out.cpus.get_mut(ncpus) {
                     *slot = node;
                 }
@@ -66,10 +72,11 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
                 bootargs = Some(value::string(dtb, v)?);
             }
         } else if value::compatible_with(p.compatible, "numa-distance-map-v1") && matrix.is_none() {
+            // Like a CPU's id, the map matters only on a NUMA machine.
             matrix = Some(p.distance_matrix.ok_or(FdtError::BadProperty {
                 at: child.at,
                 len: 0,
-            })?);
+            }));
         }
         Ok(())
     })?;
@@ -79,6 +86,9 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     }
     if numa && let Some(at) = missing_id {
         return Err(FdtError::MissingNodeId { at });
+    }
+    if numa && let Some(e) = cpu_error {
+        return Err(e);
     }
     if nranges > out.ranges.len() {
         return Err(FdtError::NoRoom {
@@ -97,7 +107,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
 
     // A tree whose memory nodes carry no `numa-node-id` describes a machine without NUMA: one
     // node with everything, whatever CPUs and distance map say (Linux's `dummy_numa_init`).
-    let matrix = matrix.filter(|_| numa);
+    let matrix = if numa { matrix.transpose()? } else { None };
     if numa {
         max_id = out.cpus[..ncpus]
             .iter()
@@ -216,6 +226,43 @@ mod tests {
         assert_eq!(t.cpus(), &[n(0), n(0)]);
         assert_eq!(t.ranges().len(), 2);
         assert_eq!(t.distances(), &[10]);
+    }
+
+    #[test]
+    fn without_numa_ids_cpu_node_ids_are_ignored_whatever_they_say() {
+        // No memory node carries `numa-node-id`: the module docs promise one node 0 with all
+        // memory and CPUs "whatever CPUs and distance map say" (Linux's `dummy_numa_init`;
+        // `early_map_cpu_to_node` also puts a CPU with an out-of-range id on node 0).
+        let dtb = machine(&[(None, G, G)], &[Some(0), Some(5000)], None, None);
+        let mut o = Out::new(1, 1, 2);
+        let mut t = o.topo();
+        let r = parse(&dtb, &mut t);
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(t.nodes(), 1);
+        assert_eq!(t.cpus(), &[n(0), n(0)]);
+    }
+
+    #[test]
+    fn without_numa_ids_a_distance_map_without_a_matrix_is_ignored() {
+        // "whatever CPUs and distance map say": a map node without `distance-matrix` too.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        let root = TestNode::new("")
+            .prop("#address-cells", cells(&[2]))
+            .prop("#size-cells", cells(&[2]))
+            .child(
+                TestNode::new("memory@40000000")
+                    .prop("device_type", string("memory"))
+                    .prop("reg", cells(&[0, 0x4000_0000, 0, 0x4000_0000])),
+            )
+            .child(
+                TestNode::new("distance-map").prop("compatible", string("numa-distance-map-v1")),
+            );
+        let dtb = blob(&root, &[]);
+        let mut o = Out::new(1, 1, 0);
+        let mut t = o.topo();
+        let r = parse(&dtb, &mut t);
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(t.nodes(), 1);
     }
 
     #[test]
