@@ -600,3 +600,27 @@ fn help_lists_the_workloads() {
     }
     assert!(run_ok(&["help"]).contains("frag"));
 }
+
+/// cli.md: "`--svg FILE` writes an SVG". The machine is named after the TOML file's stem and the
+/// title goes into the SVG unfiltered, so a control character in the file name (here U+0001)
+/// makes a document that is not well-formed XML (XML 1.0 forbids it even as `&#1;`).
+#[test]
+fn svg_stays_well_formed_whatever_the_file_name() {
+    let dir = TempDir::new("svg-name");
+    let toml = dir
+        .put(
+            "c\u{1}d.toml",
+            "distances = [[10]]\n[[node]]\nid = 0\ncpus = \"0\"\nmemory = \"1G\"\n",
+        )
+        .display()
+        .to_string();
+    let svg = dir.path().join("x.svg").display().to_string();
+    let (code, _, err) = numaframe(&["frag", "--topology", &toml, "--svg", &svg]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let bad: Vec<char> = text
+        .chars()
+        .filter(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
+    assert!(bad.is_empty(), "control characters in the SVG: {bad:?}");
+}

@@ -307,7 +307,12 @@ pub fn run(
                 .filter(|n| n.managed_pages() > 0)
                 .map(NodeMap::collect)
                 .collect();
-            let text = picture::render(&title(spec, plan), &maps)?;
+            // The title holds the machine's name (a file stem): no control characters in XML.
+            let caption: String = title(spec, plan)
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            let text = picture::render(&caption, &maps)?;
             file.write_all(text.as_bytes())
                 .and_then(|()| file.flush())
                 .map_err(|e| CliError::Internal(format!("writing {}: {e}", path.display())))?;
