@@ -509,3 +509,41 @@ fn help_documents_the_choices() {
     assert_eq!(ok(&["interleave", "--help"]), out);
     assert!(ok(&["help"]).contains("interleave  One task's weighted-interleave"));
 }
+
+/// cli.md: "a node of `--nodes` too small for the largest call (plus its metadata and
+/// watermarks) is simulated with enough memory for it". On a valid machine whose memoryless
+/// nodes (here 511 of them, each with a CPU) keep their tables on the one memory node, the
+/// enlarged node is still too small: the run ends with `error: internal: call 1: … pages
+/// placed` (exit 1) instead of placing every page.
+#[test]
+fn enlarged_node_also_holds_the_tables_of_memoryless_nodes() {
+    let n = 512;
+    let mut text = String::from("distances = [");
+    for i in 0..n {
+        let row: Vec<&str> = (0..n).map(|j| if i == j { "10" } else { "20" }).collect();
+        text.push_str(&format!("[{}],", row.join(",")));
+    }
+    text.push_str("]\n");
+    for i in 0..n {
+        let memory = if i == 0 { "1M" } else { "0" };
+        text.push_str(&format!(
+            "[[node]]\nid = {i}\ncpus = \"{i}\"\nmemory = \"{memory}\"\n"
+        ));
+    }
+    let dir = TempDir::new("memoryless-tables");
+    let toml = dir.put("lone.toml", &text).display().to_string();
+    let (code, out, err) = numaframe(&[
+        "--json",
+        "interleave",
+        "--topology",
+        &toml,
+        "--nodes",
+        "0",
+        "--weights",
+        "1",
+        "--pages",
+        "5000",
+    ]);
+    assert_eq!((code, err.as_str()), (0, ""), "stdout {out:?}");
+    assert_eq!(json_calls(&out)[0].1, [("0".to_string(), 5000)]);
+}

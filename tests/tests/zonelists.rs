@@ -592,6 +592,24 @@ fn check_placement(t: &Tables, node_bytes: u64) -> Result<(), TestCaseError> {
             prop_assert_eq!(m.node_of(pfn), None, "{}'s tables hold {:?}", what, pfn);
         }
     }
+    // `Machine::table_bytes` sizes a node's tables and its CPUs' as boot carved them.
+    for i in 0..t.len() {
+        let cpus_of_i = cpus.iter().filter(|c| c.index() == i).count();
+        let carved: u64 = places[i].1.frames.frames()
+            + places[t.len()..]
+                .iter()
+                .zip(&cpus)
+                .filter(|(_, c)| c.index() == i)
+                .map(|(p, _)| p.1.frames.frames())
+                .sum::<u64>();
+        prop_assert_eq!(
+            Machine::table_bytes(t.len(), cpus_of_i),
+            carved * 4096,
+            "node {}'s tables and its {} CPUs'",
+            i,
+            cpus_of_i
+        );
+    }
     let mut sorted: Vec<PhysRange> = places.iter().map(|p| p.1.frames).collect();
     sorted.sort_by_key(|r| r.start());
     for pair in sorted.windows(2) {

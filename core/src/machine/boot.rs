@@ -580,6 +580,22 @@ impl<'a> Machine<'a> {
     }
 }
 
+impl Machine<'_> {
+    /// Bytes of one node's own tables and of its `cpus` CPUs' tables on a machine of `nodes`
+    /// nodes, as [`Machine::boot`] carves them (see [`Machine::node_tables`] and
+    /// [`Machine::cpu_tables`]): from the node's memory or, for a memoryless node, from its
+    /// host's. A platform sizing a node that may host the tables of memoryless nodes adds
+    /// theirs to what it needs; the machine-wide tables and each range's metadata come on top.
+    /// `nodes` above [`MAX_NODES`](crate::topology::MAX_NODES) counts as that many.
+    pub fn table_bytes(nodes: usize, cpus: usize) -> u64 {
+        let n = nodes.min(crate::topology::MAX_NODES);
+        (cpus as u64)
+            .saturating_mul(cpu_frames(n))
+            .saturating_add(node_frames(n))
+            .saturating_mul(PAGE_SIZE)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;

@@ -197,7 +197,8 @@ impl<'a> Machine<'a> {
 
     /// Where `node`'s own tables live (its [`Node`]: zones, numastat, zonelist hints; and its
     /// fallback order, staged and published): in its own memory, or, for a node without memory
-    /// or without room, in the nearest node's that had room. `None` for a node outside the
+    /// or without room, in the first node of its fallback order if that had room (Linux's
+    /// `numa_mem_id`), else in the nearest node's that had room. `None` for a node outside the
     /// machine.
     pub fn node_tables(&self, node: NodeId) -> Option<TablePlace> {
         self.tables.nodes.get(node.index()).map(|t| t.own)

@@ -379,16 +379,25 @@ pub fn with_room(
         .checked_mul(bytes_for(pages, MAX_SIM_BYTES))
         .and_then(|b| b.checked_add(spec.total_memory_bytes()))
         .ok_or_else(too_big)?;
-    let need = bytes_for(pages, bound);
+    // A memoryless node keeps its tables and its CPUs' in a node with memory (Linux's
+    // `numa_mem_id`), which may be one of `nodes`: each has room for all of them, and for its
+    // own.
+    let tables = |cpus: usize| Machine::table_bytes(spec.len(), cpus);
+    let hosted = spec
+        .nodes()
+        .iter()
+        .filter(|n| n.memory_bytes == 0)
+        .fold(0u64, |sum, n| sum.saturating_add(tables(n.cpus.len())));
+    let base = bytes_for(pages, bound).saturating_add(hosted);
     let mut specs = spec.nodes().to_vec();
     let mut enlarged = Vec::new();
     for n in nodes {
-        if let Some(node) = specs.get_mut(n.index())
-            && node.memory_bytes > 0
-            && node.memory_bytes < need
-        {
-            node.memory_bytes = need;
-            enlarged.push((n, need));
+        if let Some(node) = specs.get_mut(n.index()) {
+            let need = base.saturating_add(tables(node.cpus.len()));
+            if node.memory_bytes > 0 && node.memory_bytes < need {
+                node.memory_bytes = need;
+                enlarged.push((n, need));
+            }
         }
     }
     let total = specs
