@@ -437,7 +437,8 @@ pub enum OfflineError {
         pfn: Pfn,
     },
     /// Other memory's metadata lying in the range must move out first, and the node's other
-    /// memory cannot spare a slab for it.
+    /// memory cannot spare a slab for it. Metadata already moved stays moved, with any pool
+    /// growth that took it (see [`Machine::offline`](crate::Machine::offline)).
     NoMetadata {
         /// The node.
         node: NodeId,

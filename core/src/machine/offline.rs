@@ -74,7 +74,12 @@ impl<'a> Machine<'a> {
     /// stays done, as after Linux's failed offlining: the pageblocks of the range that per-CPU
     /// caches held and the classes' spare pageblocks are back in the buddy, and the free pages
     /// of huge-page pools in it are dissolved; the frames handed out and the free memory
-    /// (free and cached) are as before.
+    /// (free and cached) are as before, but for one case of `NoMetadata`: metadata the call
+    /// already moved out of the range stays moved, so a pool that grew to take it (of another
+    /// span's zone, or of the refusing zone before it ran out) keeps those frames, and the free
+    /// memory is lower by them (a slab or pageblock per growth). `trim_metadata` cannot give
+    /// them back while they hold the moved metadata. Deciding beforehand whether every growth
+    /// will succeed would mean replaying the pools' carving exactly, which this does not.
     pub fn offline<M: PhysMemory + ?Sized>(
         &self,
         mem: &M,
