@@ -733,3 +733,215 @@ fn x86_a_bad_bootarg_is_reported_and_qemu_exits_with_failure() {
     );
     assert!(!run.stdout.contains(OK));
 }
+
+/// The tree QEMU builds for `layout` on aarch64 `virt`, with `extra` `/memreserve/` entries
+/// inserted into its reservation block (its structure and strings blocks moved up to match).
+fn tree_with_memreserves(layout: &Layout, extra: &[(u64, u64)], dir: &TempDir) -> PathBuf {
+    let dtb = dir.path().join("virt.dtb");
+    let mut args = layout.machine_args(Arch::Aarch64);
+    let machine = args.iter().position(|a| a == "virt").expect("-M virt");
+    args[machine] = format!("virt,dumpdtb={}", dtb.display());
+    args.extend(
+        [
+            "-kernel",
+            elf(Arch::Aarch64).to_str().expect("UTF-8 path"),
+            "-display",
+            "none",
+        ]
+        .map(String::from),
+    );
+    let run = qemu_support::run_qemu(&args, TIMEOUT);
+    assert!(run.status.success(), "dumpdtb: {}", run.stderr);
+    let mut t = std::fs::read(&dtb).expect("QEMU wrote the tree");
+    let word = |t: &[u8], at: usize| u32::from_be_bytes(t[at..at + 4].try_into().unwrap());
+    let rsv = word(&t, 16) as usize;
+    let added: Vec<u8> = extra
+        .iter()
+        .flat_map(|&(b, s)| b.to_be_bytes().into_iter().chain(s.to_be_bytes()))
+        .collect();
+    t.splice(rsv..rsv, added.iter().copied());
+    for field in [4usize, 8, 12] {
+        let v = word(&t, field) + added.len() as u32;
+        t[field..field + 4].copy_from_slice(&v.to_be_bytes());
+    }
+    let out = dir.path().join("reserved.dtb");
+    std::fs::write(&out, &t).expect("write the tree");
+    out
+}
+
+/// The aarch64 kernel keeps room for 14 tree reservations and says it fails with "more than 14
+/// memory reservations" beyond that; it must never hand a reservation it dropped to numaframe.
+#[test]
+fn every_device_tree_reservation_is_kept_out_or_the_boot_fails() {
+    let layout = Layout {
+        nodes: vec![
+            qemu_support::NodeDesc {
+                mem_mib: 512,
+                cpus: vec![0],
+            },
+            qemu_support::NodeDesc {
+                mem_mib: 512,
+                cpus: vec![1],
+            },
+        ],
+        distances: vec![vec![10, 20], vec![20, 10]],
+    };
+    let dir = TempDir::new("memreserve");
+    // 20 reservations of one frame each, back to back in node 0's RAM
+    // (0x4000_0000..0x6000_0000), so that carving them leaves no small pieces.
+    let extra: Vec<(u64, u64)> = (0..20)
+        .map(|i| (0x5000_0000 + i * 0x1000, 0x1000))
+        .collect();
+    let dtb = tree_with_memreserves(&layout, &extra, &dir);
+    // With `-dtb` QEMU does not place a tree for an ELF itself: load ours at the base of RAM,
+    // where the kernel looks for it.
+    let mut args = console_args(Arch::Aarch64, &layout, "");
+    let dtb = dtb.to_str().unwrap();
+    args.extend([
+        "-dtb".to_string(),
+        dtb.to_string(),
+        "-device".to_string(),
+        format!("loader,file={dtb},addr=0x40000000,force-raw=on"),
+    ]);
+    let run = run_arch(Arch::Aarch64, &args, TIMEOUT);
+    let text = run.stdout.replace('\r', "");
+    let reserved_line = text
+        .lines()
+        .find(|l| l.contains(" KiB in ") && l.contains("reserved"))
+        .unwrap_or("");
+    assert!(
+        text.contains("more than 14 memory reservations")
+            || reserved_line.ends_with(" in 22 ranges"),
+        "20 tree reservations (+ the tree and the image): either all kept out or the boot fails;\n\
+         the kernel said: {reserved_line:?}\n{text}"
+    );
+}
+
+/// Boots the x86 kernel on q35 with one CPU and 512 MiB and no `-numa` option (so QEMU builds
+/// no SRAT), adding `srat_body` (the bytes after the SRAT's 36-byte header) as an SRAT through
+/// `-acpitable` when given; returns the console text.
+fn x86_boot_with_srat(srat_body: Option<&[u8]>, dir: &TempDir) -> String {
+    let mut args: Vec<String> = [
+        "-M",
+        "q35",
+        "-device",
+        "isa-debug-exit",
+        "-accel",
+        "tcg,thread=multi",
+        "-smp",
+        "1",
+        "-m",
+        "512M",
+        "-kernel",
+        elf(Arch::X86_64).to_str().expect("UTF-8 path"),
+        "-append",
+        "",
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        "-serial",
+        "stdio",
+        "-no-reboot",
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some(body) = srat_body {
+        let file = dir.path().join("srat.bin");
+        std::fs::write(&file, body).expect("write the SRAT");
+        args.extend([
+            "-acpitable".to_string(),
+            format!("sig=SRAT,rev=3,data={}", file.display()),
+        ]);
+    }
+    run_arch(Arch::X86_64, &args, TIMEOUT)
+        .stdout
+        .replace('\r', "")
+}
+
+/// The 12 reserved bytes that open an SRAT's body (the first is 1, as ACPI asks).
+fn srat_reserved() -> Vec<u8> {
+    let mut b = vec![0u8; 12];
+    b[0] = 1;
+    b
+}
+
+/// An enabled local APIC affinity entry for APIC 0 in domain `pxm`.
+fn srat_cpu(pxm: u8) -> Vec<u8> {
+    vec![0, 16, pxm, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+}
+
+/// An enabled memory affinity entry.
+fn srat_memory(pxm: u32, base: u64, length: u64) -> Vec<u8> {
+    let mut e = vec![1u8, 40];
+    e.extend(pxm.to_le_bytes());
+    e.extend([0, 0]);
+    e.extend(base.to_le_bytes());
+    e.extend(length.to_le_bytes());
+    e.extend([0; 4]);
+    e.extend(1u32.to_le_bytes());
+    e.extend([0; 8]);
+    e
+}
+
+/// Linux uses an SRAT only if it names memory and its memory ranges cover the e820 RAM
+/// (`acpi_numa_init`: no memory affinity → `-ENOENT`; `numa_meminfo_cover_memory`: "NUMA:
+/// nodes only cover …MB of your …MB e820 RAM. Not used."); otherwise it boots as without one
+/// (`dummy_numa_init`: one node with all RAM and every CPU). The unikernel says it numbers and
+/// lays out the machine by Linux's rules, so such an SRAT must give what no SRAT gives.
+#[test]
+fn x86_an_srat_that_linux_refuses_gives_the_machine_without_numa() {
+    let dir = TempDir::new("srat-refused");
+    let summary = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("numaframe-unikernel: numaframe manages ")
+                    || l.starts_with("Fallback order for Node ")
+                    || l.contains("FAILED")
+            })
+            .map(String::from)
+            .collect()
+    };
+    let plain = x86_boot_with_srat(None, &dir);
+    assert!(plain.lines().any(|l| l.starts_with(OK)), "{plain}");
+    let want = summary(&plain);
+
+    // Processors only, no memory affinity.
+    let mut cpu_only = srat_reserved();
+    cpu_only.extend(srat_cpu(0));
+    let text = x86_boot_with_srat(Some(&cpu_only), &dir);
+    assert_eq!(summary(&text), want, "an SRAT without memory:\n{text}");
+
+    // Memory affinity for only the first 256 MiB of 512.
+    let mut half = srat_reserved();
+    half.extend(srat_cpu(0));
+    half.extend(srat_memory(0, 0, 256 << 20));
+    let text = x86_boot_with_srat(Some(&half), &dir);
+    assert_eq!(
+        summary(&text),
+        want,
+        "an SRAT covering half the RAM:\n{text}"
+    );
+}
+
+/// Two SRAT processor entries for one APIC id: Linux's `set_apicid_to_node` keeps the last
+/// (`__apicid_to_node[apic_id] = node`, entry after entry), so the CPU is on the second entry's
+/// node, and local allocations land there.
+#[test]
+fn x86_a_cpu_named_twice_in_the_srat_is_on_the_node_of_its_last_entry() {
+    let dir = TempDir::new("srat-dup-cpu");
+    let mut body = srat_reserved();
+    body.extend(srat_cpu(0));
+    body.extend(srat_cpu(1));
+    body.extend(srat_memory(0, 0, 256 << 20));
+    body.extend(srat_memory(1, 256 << 20, 256 << 20));
+    let text = x86_boot_with_srat(Some(&body), &dir);
+    let local = text
+        .lines()
+        .find(|l| l.starts_with("policy local: "))
+        .unwrap_or_else(|| panic!("no local policy line:\n{text}"));
+    assert!(
+        local.ends_with(" on nodes 1:") || local.contains(" on nodes 1:"),
+        "APIC 0's last SRAT entry is PXM 1 (node 1): {local}\n{text}"
+    );
+}

@@ -480,8 +480,8 @@ extern "C" fn kmain(x0: usize) -> ! {
     let walk = dt::for_each_reservation(dtb, |base, size| {
         if let Some(slot) = reserved.get_mut(nres) {
             *slot = boot::frames_covering(base.get(), size);
-            nres += 1;
         }
+        nres += 1;
     });
     if let Err(e) = walk {
         fail!("device tree reservations: {e}")

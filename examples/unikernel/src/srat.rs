@@ -289,8 +289,10 @@ impl Layout {
         };
         let valid = (0..count).all(|i| {
             (0..count).all(|j| {
-                let ids = NodeId::try_new(i).zip(NodeId::try_new(j));
-                matches!((at(i, j), ids), (Some(d), Some((a, b))) if valid_firmware_distance(a, b, d))
+                // The rule needs only whether the entry is on the diagonal, not node ids: a
+                // SLIT may have more localities than there are node ids.
+                let (a, b) = (NodeId::new(0), NodeId::new(usize::from(i != j)));
+                at(i, j).is_some_and(|d| valid_firmware_distance(a, b, d))
             })
         });
         if !valid {
@@ -531,6 +533,25 @@ mod tests {
                 .unwrap()
         );
         assert_eq!(d, [10, 11, 255, 10]);
+    }
+
+    /// Linux's `slit_valid` checks only the diagonal (10) and remote entries (> 10): a SLIT of
+    /// more localities than numaframe has node ids is as valid as any other.
+    #[test]
+    fn a_valid_slit_of_more_than_1024_localities_is_used() {
+        let l = Layout::from_srat(2, || [cpu(0, 0), cpu(1, 1)].into_iter(), &mut String::new())
+            .unwrap();
+        let count = 1025;
+        let mut slit = vec![20u8; count * count];
+        for i in 0..count {
+            slit[i * count + i] = 10;
+        }
+        slit[1] = 30;
+        slit[count] = 30;
+        let (mut d, mut log) = ([0; 4], String::new());
+        let used = l.distances(Some((&slit, count)), &mut d, &mut log).unwrap();
+        assert!(used, "{log}");
+        assert_eq!(d, [10, 30, 30, 10]);
     }
 
     #[test]

@@ -288,24 +288,50 @@ pub(super) extern "C" fn kmain(start_info: u32) -> ! {
     t.ncpus = apic_ids.len();
     t.apic_ids[..t.ncpus].copy_from_slice(apic_ids);
     cpu::set_cpu_index(boot_cpu);
-    let nfound = match &firmware.numa {
-        Some(numa) => {
+    // Linux uses the SRAT only if it names memory and that memory covers the RAM to within
+    // 1 MiB (`acpi_numa_init`, `numa_meminfo_cover_memory`); otherwise it boots as without one.
+    let srat = firmware.numa.as_ref().and_then(|numa| {
+        let Some(n) = numa.layout.memory(&ram[..nram], &mut found) else {
+            fail!("more than {MAX_RANGES} memory ranges")
+        };
+        let covered: u64 = found[..n].iter().map(|r| r.range.frames()).sum();
+        let total: u64 = ram[..nram]
+            .iter()
+            .map(|&(b, l)| (b.saturating_add(l) / PAGE_SIZE).saturating_sub(b.div_ceil(PAGE_SIZE)))
+            .sum();
+        let mib = (1 << 20) / PAGE_SIZE;
+        if total.saturating_sub(covered) < mib {
+            return Some((numa, n));
+        }
+        if covered > 0 {
+            println(format_args!(
+                "NUMA: nodes only cover {}MB of your {}MB e820 RAM. Not used.",
+                covered / mib,
+                total / mib
+            ));
+        }
+        None
+    });
+    let nfound = match srat {
+        Some((numa, n)) => {
             let l = &numa.layout;
             t.nodes = l.nodes();
             t.distances = numa.distances;
-            for (_, node) in l.cpus() {
-                t.infos[node.index()].has_cpus = true;
+            // An APIC id named twice is on the node of its last entry, as Linux's
+            // `set_apicid_to_node` overwrites the earlier one.
+            let cpus = l.cpus();
+            for (i, (apic, node)) in cpus.iter().enumerate() {
+                if !cpus[i + 1..].iter().any(|(a, _)| a == apic) {
+                    t.infos[node.index()].has_cpus = true;
+                }
             }
-            // Each CPU on the node of its SRAT processor entry; one the SRAT does not name
-            // stays on node 0.
+            // Each CPU on the node of its last SRAT processor entry; one the SRAT does not
+            // name stays on node 0.
             for (node, id) in t.cpus.iter_mut().zip(apic_ids) {
-                if let Some((_, n)) = l.cpus().iter().find(|(apic, _)| apic == id) {
+                if let Some((_, n)) = cpus.iter().rfind(|(apic, _)| apic == id) {
                     *node = *n;
                 }
             }
-            let Some(n) = l.memory(&ram[..nram], &mut found) else {
-                fail!("more than {MAX_RANGES} memory ranges")
-            };
             n
         }
         None => {
