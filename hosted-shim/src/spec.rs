@@ -241,6 +241,50 @@ impl MachineSpec {
     }
 }
 
+/// The node each CPU number of a machine being read belongs to, claimed node by node: a reader
+/// refuses a CPU named by two nodes as soon as the second names it, so it never holds more than
+/// one node's expanded cpulist beyond [`MAX_CPU_ID`] distinct CPUs (a file naming `0-65535` on
+/// every node would otherwise expand all of them before [`MachineSpec::new`] refuses it).
+#[derive(Debug)]
+pub struct CpuOwners {
+    owner: Vec<Option<usize>>,
+}
+
+impl Default for CpuOwners {
+    fn default() -> Self {
+        CpuOwners {
+            owner: vec![None; MAX_CPU_ID as usize + 1],
+        }
+    }
+}
+
+impl CpuOwners {
+    /// Claims `cpus` (from [`parse_cpulist`], so at most [`MAX_CPU_ID`]) for node `node`.
+    ///
+    /// # Errors
+    /// [`SpecErrorKind::Invalid`] with [`MachineSpec::new`]'s words for the first CPU another
+    /// node claimed, or for a number above [`MAX_CPU_ID`].
+    pub fn claim(&mut self, node: usize, cpus: &[u32]) -> Result<(), SpecError> {
+        for &cpu in cpus {
+            let slot = usize::try_from(cpu)
+                .ok()
+                .and_then(|c| self.owner.get_mut(c))
+                .ok_or_else(|| {
+                    SpecError::invalid(format!("CPU {cpu} is above the largest, {MAX_CPU_ID}"))
+                })?;
+            match *slot {
+                Some(first) if first != node => {
+                    return Err(SpecError::invalid(format!(
+                        "CPU {cpu} is in node {first} and in node {node}"
+                    )));
+                }
+                _ => *slot = Some(node),
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why a cpulist (or a node list in the same syntax) is malformed. Offsets are byte offsets into
 /// the text given to [`parse_cpulist`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,7 +23,9 @@ use std::path::{Path, PathBuf};
 use numaframe::{MAX_NODES, NodeId, TopologyError};
 
 use super::read_text;
-use crate::spec::{MachineSpec, NodeSpec, SpecError, parse_cpulist, parse_decimal, shorten};
+use crate::spec::{
+    CpuOwners, MachineSpec, NodeSpec, SpecError, parse_cpulist, parse_decimal, shorten,
+};
 
 /// Where Linux puts the node directory.
 pub const DEFAULT_SYSFS_DIR: &str = "/sys/devices/system/node";
@@ -42,6 +44,7 @@ pub fn read_sysfs(dir: &Path) -> Result<MachineSpec, SpecError> {
 
     let mut nodes = Vec::with_capacity(n);
     let mut distances = Vec::with_capacity(n * n);
+    let mut owners = CpuOwners::default();
     for id in 0..n {
         let node_dir = dir.join(format!("node{id}"));
         distances.extend(distance_row(&node_dir.join("distance"), n)?);
@@ -60,6 +63,9 @@ pub fn read_sysfs(dir: &Path) -> Result<MachineSpec, SpecError> {
                 .in_file(shown(&path)));
             }
         }
+        owners
+            .claim(id, &cpus)
+            .map_err(|e| e.in_file(shown(&path)))?;
 
         let path = node_dir.join("meminfo");
         let mut memory_bytes = mem_total(&path, id)?;

@@ -24,7 +24,9 @@ use numaframe::{MAX_NODES, NodeId, TopologyError};
 use serde::Deserialize;
 
 use super::{line_of, name_from_path, read_text};
-use crate::spec::{MachineSpec, NodeSpec, SpecError, SpecErrorKind, parse_cpulist, parse_size};
+use crate::spec::{
+    CpuOwners, MachineSpec, NodeSpec, SpecError, SpecErrorKind, parse_cpulist, parse_size,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,13 +118,22 @@ pub fn parse_toml(text: &str) -> Result<MachineSpec, SpecError> {
     }
 
     let mut nodes = Vec::with_capacity(n);
+    let mut owners = CpuOwners::default();
     for (id, node) in order.iter().enumerate() {
         let node = node.get_ref();
         let cpus = match &node.cpus {
-            Some(c) => parse_cpulist(c.get_ref()).map_err(|e| {
-                SpecError::cpulist(format!("node {id} cpus"), c.get_ref(), e)
-                    .at_line(line(c.span()))
-            })?,
+            Some(c) => {
+                let at = |e: SpecError| e.at_line(line(c.span()));
+                let cpus = parse_cpulist(c.get_ref()).map_err(|e| {
+                    at(SpecError::cpulist(
+                        format!("node {id} cpus"),
+                        c.get_ref(),
+                        e,
+                    ))
+                })?;
+                owners.claim(id, &cpus).map_err(at)?;
+                cpus
+            }
             None => Vec::new(),
         };
         let memory_bytes = memory(node, id).map_err(|e| e.at_line(line(node.memory.span())))?;
@@ -375,7 +386,8 @@ bandwidth_gbps = 100
             ),
             (
                 "distances = [[10,20],[20,10]]\n[[node]]\nid = 0\ncpus=\"0\"\nmemory = \"1G\"\n[[node]]\nid = 1\nmemory = \"1G\"\ncpus=\"0\"",
-                "CPU 0 is in node 0 and in node 1",
+                // Refused at the second node's list, before any later list is expanded.
+                "line 9: CPU 0 is in node 0 and in node 1",
             ),
         ];
         for (text, want) in cases {
