@@ -221,7 +221,7 @@ fn teardown(sizes: Sizes, sink: &mut Sink<'_>) -> io::Result<()> {
         ),
     ];
     let extra = serde_json::to_value(t).map_err(io::Error::other)?;
-    let ns = t.background.scrub_ns as f64 / sizes.teardown_frames.max(1) as f64;
+    let ns = t.background.scrub_ns as f64 / (t.bytes / PAGE_SIZE).max(1) as f64;
     sink.report
         .results
         .push(measurement(s, name::NUMAFRAME, ns, extra, detail));
