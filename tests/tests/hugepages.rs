@@ -420,3 +420,23 @@ fn half_a_million_2m_pages_on_one_terabyte() {
         );
     }
 }
+
+/// Linux reads each number of `hugepages=` with `sscanf("%lu%n")`, and the kernel's `vsscanf`
+/// skips white space before an integer conversion: a quoted value with a space before a node or
+/// a count is a valid request there.
+#[test]
+fn spaces_before_the_numbers_of_a_quoted_request_parse_as_in_linux() {
+    use numaframe::hugetlb::cmdline::PoolRequest;
+    for s in ["hugepages=\"0:1, 1:2\"", "hugepages=\"0: 1,1:2\""] {
+        let cfg = parse(s).unwrap_or_else(|e| panic!("{s:?}: Linux accepts it, here {e:?}"));
+        match cfg.request(HugeSize::Size2M) {
+            Some(PoolRequest::PerNode(v)) => {
+                let got: Vec<(usize, u64)> = v.iter().map(|e| (e.node.index(), e.count)).collect();
+                assert_eq!(got, [(0, 1), (1, 2)], "{s:?}");
+            }
+            other => panic!("{s:?}: {other:?}"),
+        }
+    }
+    let cfg = parse("hugepages=\" 4\"").expect("Linux: 4 pages");
+    assert_eq!(cfg.total(HugeSize::Size2M), 4);
+}

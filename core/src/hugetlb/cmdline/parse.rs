@@ -80,6 +80,16 @@ pub fn parse(cmdline: &str) -> Result<HugepageConfig, CmdlineError> {
     Ok(config)
 }
 
+/// `bytes` without its leading white space, as the kernel's `vsscanf` skips it before an
+/// integer conversion.
+fn skip_spaces(bytes: &[u8]) -> &[u8] {
+    let n = bytes
+        .iter()
+        .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        .count();
+    slice(bytes, n, bytes.len())
+}
+
 /// The value of `hugepagesz=` or `default_hugepagesz=`.
 fn size_value(value: &[u8]) -> Result<HugeSize, CmdlineErrorKind> {
     match parse_size(value) {
@@ -97,7 +107,7 @@ fn parse_request(
     param_offset: usize,
 ) -> Result<PoolRequest, CmdlineError> {
     if !value.contains(&b':') {
-        return match parse_digits(value, 10) {
+        return match parse_digits(skip_spaces(value), 10) {
             Ok(n) => Ok(PoolRequest::Balanced(n)),
             Err(e) => Err(CmdlineError {
                 offset: param_offset,
@@ -132,8 +142,9 @@ fn parse_request(
         let Some(colon) = entry.iter().position(|&b| b == b':') else {
             return fail(CmdlineErrorKind::MalformedNodeEntry);
         };
-        let node = parse_digits(slice(entry, 0, colon), 10);
-        let count = parse_digits(slice(entry, colon + 1, entry.len()), 10);
+        // `sscanf("%lu")` skips white space before each number.
+        let node = parse_digits(skip_spaces(slice(entry, 0, colon)), 10);
+        let count = parse_digits(skip_spaces(slice(entry, colon + 1, entry.len())), 10);
         // Form first, then range, so `x:1` and `1:x` say what is malformed.
         let node = match node {
             Err(NumError::Malformed) => return fail(CmdlineErrorKind::MalformedNodeEntry),
