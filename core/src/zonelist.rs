@@ -156,13 +156,15 @@ pub fn build_fallback(
     table: &mut FallbackTable<'_>,
 ) {
     let n = topo.len();
-    assert!(table.n == n, "fallback storage too small");
-    let lens = &mut table.lens[..n];
+    // Rows are `table.n` entries apart; a table for more nodes keeps its extra rows empty.
+    let stride = table.n;
+    assert!(stride >= n, "fallback storage too small");
+    let lens = &mut table.lens[..stride];
     lens.fill(0);
     // One match for the whole build: the entries are many (n² at most).
     match &mut table.rows {
         Rows::Block(ids) => for_each_entry(topo, states, opts, scratch, |local, i, node| {
-            ids[local.index() * n + i] = node;
+            ids[local.index() * stride + i] = node;
             lens[local.index()] = (i + 1) as u16;
         }),
         Rows::Split(rows) => for_each_entry(topo, states, opts, scratch, |local, i, node| {
@@ -355,5 +357,37 @@ mod tests {
         let mut s: heapless::String<64> = heapless::String::new();
         fmt::write(&mut s, format_args!("{}", t.display(NodeId::new(1)))).unwrap();
         assert_eq!(s.as_str(), "Fallback order for Node 1: 1 0");
+    }
+
+    /// promises.md lists one panic of `build_fallback`: "storage for fewer nodes than the
+    /// topology". A table with room for more nodes must build (its extra rows empty).
+    #[test]
+    fn a_table_for_more_nodes_than_the_topology_builds() {
+        let infos = [NodeInfo {
+            has_cpus: true,
+            has_memory: true,
+            ..NodeInfo::default()
+        }; 2];
+        let t = Topology::new(&[10, 20, 20, 10], &infos).unwrap();
+        let states = NodeStates {
+            memory: t.memory_nodes(),
+            cpus: t.cpu_nodes(),
+        };
+        let (mut ids, mut lens, mut load, mut keys) =
+            ([NodeId::default(); 9], [0u16; 3], [0u32; 3], [0u64; 3]);
+        let mut table = FallbackTable::new(3, &mut ids, &mut lens).unwrap();
+        build_fallback(
+            &t,
+            &states,
+            FallbackOptions::default(),
+            &mut Scratch {
+                load: &mut load,
+                keys: &mut keys,
+            },
+            &mut table,
+        );
+        assert_eq!(table.order(NodeId::new(0)), [0, 1].map(NodeId::new));
+        assert_eq!(table.order(NodeId::new(1)), [1, 0].map(NodeId::new));
+        assert!(table.order(NodeId::new(2)).is_empty());
     }
 }
