@@ -97,3 +97,24 @@ fn report_gives_a_torn_down_guest_back_to_linux() {
         .sum();
     assert_eq!(marked, frames, "the counters hold what was reported");
 }
+
+/// docs/cli.md: "JSON: one object with the keys" of its table, and "Without `--report` the
+/// output is as above".
+#[test]
+fn demo_json_has_exactly_the_documented_keys() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
+    let section = &doc[doc.find("### `numaframe demo").unwrap()..];
+    let section = &section[..section.find("With `--report`").unwrap()];
+    let mut documented: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .flat_map(|l| l.split('|').next().unwrap().split(", "))
+        .map(|k| k.trim().trim_matches('`'))
+        .collect();
+    documented.sort_unstable();
+    let d = demo("amd-4node");
+    let mut keys: Vec<&str> = d.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, documented, "demo --json keys vs docs/cli.md's table");
+}
