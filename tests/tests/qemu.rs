@@ -90,23 +90,27 @@ fn console_args(arch: Arch, layout: &Layout, bootargs: &str) -> Vec<String> {
 /// [`console_args`] for a given ELF (or any kernel QEMU boots).
 fn elf_args(arch: Arch, elf: &Path, layout: &Layout, bootargs: &str) -> Vec<String> {
     let mut args = layout.machine_args(arch);
-    args.extend(
-        [
-            "-kernel",
-            elf.to_str().expect("UTF-8 path"),
-            "-append",
-            bootargs,
-            "-display",
-            "none",
-            "-monitor",
-            "none",
-            "-serial",
-            "stdio",
-            "-no-reboot",
-        ]
-        .map(String::from),
-    );
+    args.extend(kernel_args(elf, bootargs));
     args
+}
+
+/// The kernel, its command line and the console on the serial port, after the machine's
+/// arguments.
+fn kernel_args(elf: &Path, bootargs: &str) -> [String; 11] {
+    [
+        "-kernel",
+        elf.to_str().expect("UTF-8 path"),
+        "-append",
+        bootargs,
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        "-serial",
+        "stdio",
+        "-no-reboot",
+    ]
+    .map(String::from)
 }
 
 /// Boots the unikernel for `arch` on `layout` with `bootargs`; returns the console text after
@@ -832,20 +836,10 @@ fn x86_boot_with_srat(srat_body: Option<&[u8]>, dir: &TempDir) -> String {
         "1",
         "-m",
         "512M",
-        "-kernel",
-        elf(Arch::X86_64).to_str().expect("UTF-8 path"),
-        "-append",
-        "",
-        "-display",
-        "none",
-        "-monitor",
-        "none",
-        "-serial",
-        "stdio",
-        "-no-reboot",
     ]
     .map(String::from)
     .to_vec();
+    args.extend(kernel_args(&elf(Arch::X86_64), ""));
     if let Some(body) = srat_body {
         let file = dir.path().join("srat.bin");
         std::fs::write(&file, body).expect("write the SRAT");

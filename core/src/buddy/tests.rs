@@ -268,72 +268,15 @@ fn a_bulk_takes_every_free_frame_but_the_metadata() {
     m.check_invariants().unwrap();
 }
 
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
-)]
-fn metadata_stays_within_its_budget() {
-    // Machines of one zone from 4 GiB up. What a GiB costs is the difference between two
-    // machines, so the fixed cost of a machine (its tables, a span's region) does not hide in
-    // it; the split cost counts the pool's slabs, not the unused frames of its pool pageblock
-    // (a whole 2 MiB pageblock serves the first slabs of any machine, small or large).
+/// Bytes of metadata per GiB of memory handed out entirely as blocks of `order`: machines of one
+/// zone from 4 GiB up, 1 GiB and 4 GiB, each split whole and then given back. What a GiB costs
+/// is the difference between the two, so the fixed cost of a machine (its tables, a span's
+/// region) does not hide in it; the cost counts the pool's slabs, not the unused frames of its
+/// pool pageblock (a whole 2 MiB pageblock serves the first slabs of any machine, small or
+/// large).
+fn split_cost_per_gib(order: Order) -> u64 {
     let g = 1u64 << 18;
-    let slabs = |m: &Machine<'_>| {
-        m.node(n(0))
-            .unwrap()
-            .zone(ZoneKind::Normal)
-            .with_area(|a| a.meta.bytes())
-    };
-    // 1 GiB and 4 GiB, all handed out in 4 KiB frames, then all back.
     let split_cost = |gib: u64| {
-        let spec = Spec::uniform(1, gib * g, 4 * g);
-        let mem = SparseMem::default();
-        let m = spec.boot(&mem);
-        let mut out = std::vec![Pfn::new(0); (gib * g) as usize];
-        let got = m.alloc_bulk(n(0), AllocFlags::empty(), &mut out);
-        // All but the metadata's own frames (the region, the pool pageblock).
-        assert!(
-            got >= out.len() - 1024,
-            "{got} frames of {gib} GiB handed out"
-        );
-        let split = slabs(&m);
-        m.free_bulk(&out[..got]).unwrap();
-        m.check_invariants().unwrap();
-        split
-    };
-    let per_gib = (split_cost(4) - split_cost(1)) / 3;
-    // At least a 64-byte plane per pageblock: the measure sees the split.
-    assert!(
-        (32 << 10..=64 << 10).contains(&per_gib),
-        "{per_gib} bytes per GiB split into 4 KiB frames"
-    );
-    // 4 GiB and 260 GiB as booted: the section entries, and nothing per pageblock.
-    let boot_cost = |gib: u64| {
-        let spec = Spec::uniform(1, gib * g, 4 * g);
-        let mem = SparseMem::default();
-        let m = spec.boot(&mem);
-        m.metadata_bytes()
-    };
-    let boot_per_gib = (boot_cost(260) - boot_cost(4)) / 256;
-    assert!(
-        (1..=1 << 10).contains(&boot_per_gib),
-        "{boot_per_gib} bytes per GiB at boot"
-    );
-}
-
-/// Memory handed out as blocks of orders 1 to 8 costs a plane pair per split pageblock, about
-/// 79 KiB per GiB: above the 64 KiB per GiB that DESIGN.md budgets for split memory (a known
-/// gap, docs/architecture.md). Measured as `metadata_stays_within_its_budget` measures 4 KiB
-/// frames, at orders 1, 4 and 8.
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
-)]
-fn blocks_of_orders_1_to_8_cost_a_plane_pair_per_pageblock() {
-    let g = 1u64 << 18;
-    let split_cost = |gib: u64, order: Order| {
         let spec = Spec::uniform(1, gib * g, 4 * g);
         let mem = SparseMem::default();
         let m = spec.boot(&mem);
@@ -356,8 +299,49 @@ fn blocks_of_orders_1_to_8_cost_a_plane_pair_per_pageblock() {
         m.check_invariants().unwrap();
         split
     };
+    (split_cost(4) - split_cost(1)) / 3
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
+fn metadata_stays_within_its_budget() {
+    let g = 1u64 << 18;
+    let per_gib = split_cost_per_gib(Order::ZERO);
+    // At least a 64-byte plane per pageblock: the measure sees the split.
+    assert!(
+        (32 << 10..=64 << 10).contains(&per_gib),
+        "{per_gib} bytes per GiB split into 4 KiB frames"
+    );
+    // 4 GiB and 260 GiB as booted: the section entries, and nothing per pageblock.
+    let boot_cost = |gib: u64| {
+        let spec = Spec::uniform(1, gib * g, 4 * g);
+        let mem = SparseMem::default();
+        let m = spec.boot(&mem);
+        m.metadata_bytes()
+    };
+    let boot_per_gib = (boot_cost(260) - boot_cost(4)) / 256;
+    assert!(
+        (1..=1 << 10).contains(&boot_per_gib),
+        "{boot_per_gib} bytes per GiB at boot"
+    );
+}
+
+/// Memory handed out as blocks of orders 1 to 8 costs a plane pair per split pageblock, about
+/// 79 KiB per GiB: above the 64 KiB per GiB that DESIGN.md budgets for split memory (a known
+/// gap, docs/architecture.md). Measured as `metadata_stays_within_its_budget` measures 4 KiB
+/// frames
+/// ([`split_cost_per_gib`]), at orders 1, 4 and 8.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "placement over thousands of frames (Miri checks the metadata's unsafe code in the meta and machine tests)"
+)]
+fn blocks_of_orders_1_to_8_cost_a_plane_pair_per_pageblock() {
     for order in [1, 4, 8].map(Order::new) {
-        let per_gib = (split_cost(4, order) - split_cost(1, order)) / 3;
+        let per_gib = split_cost_per_gib(order);
         // Two 64-byte planes and their owner slots per pageblock: 72..=80 KiB.
         assert!(
             (72 << 10..=80 << 10).contains(&per_gib),
