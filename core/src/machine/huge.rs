@@ -6,7 +6,7 @@ use super::{Machine, Request};
 use crate::addr::{HugeSize, Pfn};
 use crate::buddy::NoBlock;
 use crate::error::FreeError;
-use crate::node::{HugeCounts, ZoneKind, count_foreign};
+use crate::node::{HugeCounts, Level, ZoneKind, count_foreign};
 use crate::topology::NodeId;
 
 impl<'a> Machine<'a> {
@@ -69,11 +69,10 @@ impl<'a> Machine<'a> {
                         continue;
                     }
                     let zone = self.nodes[node.index()].zone(kind);
-                    if let Some(got) = zone.pool_take(
-                        size.order(),
-                        req.events(node, self.counted(req, node, &mut first)),
-                    ) {
-                        count_foreign(self.nodes, self.counted(req, node, &mut first), node, 1);
+                    // The pools keep no watermark, and their walk no pass without one.
+                    let counted = self.counted(req, Level::Min, node, &mut first);
+                    if let Some(got) = zone.pool_take(size.order(), req.events(node, counted)) {
+                        count_foreign(self.nodes, counted, node, 1);
                         return Some(self.zeroed(req.flags, size.order().frames(), got));
                     }
                 }

@@ -879,6 +879,59 @@ fn numastat_dma32_from_a_node_without_dma32_counts_a_hit() {
     assert_eq!(d(b1, a1), [0, 0, 0, 0, 0], "DMA32: nothing on node 1");
 }
 
+/// (d) Linux's `__alloc_pages_slowpath()` resets the nodemask once an allocation may ignore the
+/// watermarks and recomputes the preferred zone from the whole zonelist
+/// (`ac->preferred_zoneref = first_zones_zonelist(ac->zonelist, ac->highest_zoneidx, NULL)`).
+/// So a `RESERVE` allocation under `Bind({1})` from a CPU of node 0, with node 0 empty and
+/// node 1 below min, that the pass without watermarks serves on node 1 prefers node 0 (the
+/// first zone of its whole list): a miss on node 1 and a foreign on node 0, not a hit. A
+/// single allocation and a bulk count alike.
+#[test]
+fn numastat_reserve_pass_under_bind_counts_against_the_whole_zonelist() {
+    use crate::policy::{Policy, TaskPolicy};
+    let d = delta;
+    let spec = Spec::uniform(2, 4096, 0);
+    let mem = SparseMem::default();
+    let m = boot_protected(&spec, &mem, 4 * 400, 0);
+    let mut held = Vec::new();
+    let flags = AllocFlags::THISNODE | AllocFlags::RESERVE;
+    while let Some(p) = m.alloc(n(0), Order::ZERO, flags) {
+        held.push(p);
+    }
+    while let Some(p) = m.alloc(n(1), Order::ZERO, AllocFlags::THISNODE) {
+        held.push(p);
+    }
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), 0);
+    assert!(m.node(n(1)).unwrap().free_pages() >= 4);
+    let mut bind1 = TaskPolicy::new(&m, Policy::Bind(NodeMask::single(n(1))), false).unwrap();
+    let (b0, b1) = (m.numastat(n(0)).unwrap(), m.numastat(n(1)).unwrap());
+    let p = bind1
+        .alloc(&m, n(0), Order::ZERO, AllocFlags::RESERVE)
+        .unwrap();
+    assert_eq!(m.node_of(p), Some(n(1)));
+    held.push(p);
+    let mut out = [Pfn::new(0); 3];
+    let got = bind1
+        .alloc_bulk(&m, n(0), AllocFlags::RESERVE, &mut out)
+        .placed;
+    assert_eq!(got, 3);
+    assert!(out.iter().all(|q| m.node_of(*q) == Some(n(1))));
+    held.extend_from_slice(&out);
+    let (a0, a1) = (m.numastat(n(0)).unwrap(), m.numastat(n(1)).unwrap());
+    assert_eq!(
+        d(b1, a1),
+        [0, 4, 0, 0, 4],
+        "reserve under bind: misses on node 1"
+    );
+    assert_eq!(
+        d(b0, a0),
+        [0, 0, 4, 0, 0],
+        "reserve under bind: foreign on node 0"
+    );
+    m.free_bulk(&held).unwrap();
+    m.check_invariants().unwrap();
+}
+
 /// An interleave's nodes follow the layout: a node of the mask that gains memory by a hot-add
 /// takes its turns from then on (the policy's cached nodes with memory lapse with the layout).
 #[test]

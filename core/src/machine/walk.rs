@@ -142,16 +142,25 @@ impl<'a> Machine<'a> {
     /// node (a node with memory heads its own list), so only a landing elsewhere reads the
     /// layout.
     /// `first` keeps the node found for the request's first landing elsewhere, so a walk
-    /// looks for it once.
+    /// looks for it once. A landing in the pass without watermarks (`level` is
+    /// [`Level::Reserve`]) of a request with a filter takes the first node of the whole list,
+    /// as Linux's slow path resets `ac->nodemask` and recomputes `ac->preferred_zoneref`
+    /// once an allocation may ignore the watermarks.
     #[inline]
     pub(crate) fn counted(
         &self,
         req: &Request<'_>,
+        level: Level,
         got: NodeId,
         first: &mut Option<NodeId>,
     ) -> NodeId {
         if got == req.preferred {
             got
+        } else if level == Level::Reserve && req.filter.is_some() {
+            self.first_usable(&Request {
+                filter: None,
+                ..*req
+            })
         } else {
             *first.get_or_insert_with(|| self.first_usable(req))
         }
@@ -211,16 +220,19 @@ impl<'a> Machine<'a> {
             return None;
         }
         let mut first = None;
+        // The preferred node of the last try: the one that succeeded.
+        let mut counted = req.preferred;
         let (got, node) = self.walk_with(req, |node, zone, mark| {
+            counted = self.counted(req, mark.level, node, &mut first);
             zone.alloc(
                 req.order,
                 mark,
                 req.class(),
                 zero,
-                Some(req.events(node, self.counted(req, node, &mut first))),
+                Some(req.events(node, counted)),
             )
         })?;
-        count_foreign(self.nodes, self.counted(req, node, &mut first), node, 1);
+        count_foreign(self.nodes, counted, node, 1);
         Some(self.zeroed(req.flags, req.order.frames(), got))
     }
 
@@ -534,19 +546,15 @@ impl<'a> Machine<'a> {
                         // bytes: it needs them told apart.
                         let split =
                             req.flags.contains(AllocFlags::ZERO) || cfg!(feature = "poison");
+                        let counted = self.counted(req, mark.level, node, &mut first);
                         let (got, dirty, why) = zone.alloc_bulk(
                             &mut out[done..],
                             mark,
                             req.class(),
                             split,
-                            req.events(node, self.counted(req, node, &mut first)),
+                            req.events(node, counted),
                         );
-                        count_foreign(
-                            self.nodes,
-                            self.counted(req, node, &mut first),
-                            node,
-                            got as u64,
-                        );
+                        count_foreign(self.nodes, counted, node, got as u64);
                         // The zone's lock is dropped: clear the dirty frames it placed last (and
                         // in the poison mode check every frame first).
                         let clean = got - dirty;
