@@ -44,7 +44,8 @@ pub enum BootError {
         /// First frame of the offending range.
         start: Pfn,
     },
-    /// More memory ranges than the fixed tables hold.
+    /// More memory ranges than the fixed tables hold: the span index (the boot's ranges and
+    /// `hotplug_slots`), or a zone's [`MAX_SPANS_PER_ZONE`](crate::MAX_SPANS_PER_ZONE) spans.
     TooManyRanges,
     /// The platform could not map a metadata region.
     MapFailed {

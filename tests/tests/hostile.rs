@@ -1227,6 +1227,36 @@ fn bad_hot_adds_are_refused_and_change_nothing() {
     assert!(m.alloc(n(2), Order::ZERO, AllocFlags::THISNODE).is_some());
 }
 
+/// A zone holds `MAX_SPANS_PER_ZONE` spans: one more range in it, at boot or by hot-add, is
+/// `TooManyRanges` ("more ranges than a zone holds", "no slot left"), not `BadRange`, whose
+/// causes (empty, past 2^52 frames, 2^36 frames or more, too small) none of these ranges has.
+#[test]
+fn a_range_past_a_full_zone_is_too_many_ranges() {
+    let w = World::standard();
+    let r0 = w.spec.ranges[0];
+    // Ranges of 4096 frames on node 1, 8192 frames apart, all above 4 GiB: one zone.
+    let on1 = |i: u64| MemoryRange {
+        node: n(1),
+        range: range(2 * G4 + i * 8192, 2 * G4 + i * 8192 + 4096),
+    };
+    let mut layout = vec![r0];
+    layout.extend((0..=MAX_SPANS_PER_ZONE as u64).map(on1));
+    assert_eq!(boot_error(&layout), Some(BootError::TooManyRanges));
+    // Exactly a zone's worth boots.
+    assert_eq!(boot_error(&layout[..=MAX_SPANS_PER_ZONE]), None);
+    // Node 1 boots with one span; hot-adds fill its zone, and the next is refused.
+    let m = w.boot();
+    let opts = FallbackOptions::default();
+    for i in 1..MAX_SPANS_PER_ZONE as u64 {
+        m.hot_add(&w.mem, n(1), on1(i).range, opts).unwrap();
+    }
+    let next = on1(MAX_SPANS_PER_ZONE as u64).range;
+    assert_eq!(
+        unchanged(&m, || m.hot_add(&w.mem, n(1), next, opts)),
+        Err(BootError::TooManyRanges)
+    );
+}
+
 #[test]
 fn hot_add_refuses_memory_the_machine_already_has() {
     // The overlap check looks at the frames the allocator hands out, not at the whole ranges
