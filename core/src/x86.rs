@@ -122,8 +122,8 @@ impl<'m, 'a> NumaFrameAllocator<'m, 'a> {
             .ok()
             .and_then(|a| PhysFrame::from_start_address(a).ok());
         if frame.is_none() {
-            // Unreachable for a booted machine (its frames lie below 2^52 and blocks are
-            // naturally aligned), but never hand out a frame the caller cannot name.
+            // A frame at or above x86_64's 52-bit physical address (the core manages frames
+            // up to 2^52 frames, beyond it): never hand out a frame the caller cannot name.
             let _ = self.free_order(pfn, order);
         }
         frame
