@@ -1158,8 +1158,10 @@ impl Node {
     pub fn free_pages(&self) -> u64 {
         self.zones.iter().map(|z| z.counters().free).sum()
     }
-    /// `true` if some zone could hand out a block of `order` above its min watermark to a request
-    /// that may use every zone (so `Dma32` keeps its protection).
+    /// `true` if some zone has free pages for a block of `order` above its min watermark, for a
+    /// request that may use every zone (so `Dma32` keeps its protection). It counts free pages,
+    /// as the watermark check does, not free blocks: a zone whose free memory is all in smaller
+    /// blocks still counts.
     pub fn can_serve(&self, order: Order) -> bool {
         self.zones.iter().any(|z| z.can_serve(order))
     }

@@ -361,8 +361,9 @@ impl TaskPolicy {
     }
 }
 
-/// Whether node `n` of `machine` could hand out a block of `order` from its zones above their
-/// min watermark: what makes a package node a candidate for an allocation from the buddy.
+/// Whether node `n` of `machine` has free pages for a block of `order` above the min watermark
+/// of one of its zones ([`Node::can_serve`](crate::Node::can_serve)): what makes a package node
+/// a candidate for an allocation from the buddy.
 fn buddy_serves(machine: &Machine<'_>, order: Order) -> impl Fn(NodeId) -> bool {
     move |n| machine.node(n).is_some_and(|node| node.can_serve(order))
 }
