@@ -91,14 +91,20 @@ fn bad_cmdline(cmdline: &str, e: CmdlineError) -> CliError {
     let in_list = cmdline
         .as_bytes()
         .get(e.offset.wrapping_sub(1))
-        .is_some_and(|b| !b.is_ascii_whitespace());
-    let param = rest.split(|c: char| c.is_ascii_whitespace()).next();
+        .is_some_and(|&b| !is_separator(char::from(b)));
+    let param = rest.split(is_separator).next();
     let token = match param {
         Some(p) if in_list => p.split(',').next().filter(|t| !t.is_empty()).unwrap_or(p),
         Some(p) => p,
         None => rest,
     };
     CliError::BadInput(format!("--cmdline: {e} ({token:?})"))
+}
+
+/// The white space the parser splits a command line at (Linux's `isspace`): Rust's ASCII white
+/// space and the vertical tab.
+fn is_separator(c: char) -> bool {
+    c.is_ascii_whitespace() || c == '\x0b'
 }
 
 fn ms(d: Duration) -> f64 {
@@ -283,6 +289,28 @@ mod tests {
         assert!(lines[4].starts_with("numaframe: metadata after boot "));
         assert!(lines[5].starts_with("numaframe: metadata after the reservation "));
         assert_eq!(lines.len(), 6);
+    }
+
+    #[test]
+    fn error_tokens_end_at_every_separator_the_parser_splits_at() {
+        // The parser splits at space, \t, \n, \v, \f and \r (Linux's `isspace`); the token
+        // is the one bad parameter or node-list entry, whichever of them follows it.
+        for sep in [" ", "\t", "\n", "\x0b", "\x0c", "\r"] {
+            let e = text("amd-4node", &format!("hugepagesz=3M{sep}quiet"), 1).unwrap_err();
+            assert_eq!(
+                e,
+                CliError::BadInput(
+                    "--cmdline: byte 0: unsupported huge page size (\"hugepagesz=3M\")".into()
+                ),
+                "separator {sep:?}"
+            );
+            let e = text("amd-4node", &format!("ro{sep}hugepages=0:1,7:2{sep}1:1"), 1).unwrap_err();
+            assert_eq!(
+                e,
+                CliError::BadInput("--cmdline: byte 17: unknown node (\"7:2\")".into()),
+                "separator {sep:?}"
+            );
+        }
     }
 
     #[test]
