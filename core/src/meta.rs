@@ -92,8 +92,9 @@ pub(crate) mod flag {
     pub(crate) const DIRTY: u8 = 1 << 0;
     /// The block was reported to the host since it last became free.
     pub(crate) const REPORTED: u8 = 1 << 1;
-    /// A bulk free under way turned this clean split pageblock without an extra plane dirty:
-    /// an undo of the bulk makes it clean again. Cleared when the bulk ends.
+    /// A bulk free under way turned this clean split pageblock without an extra plane dirty
+    /// (giving it an extra plane if the pool could spare one): an undo of the bulk makes it
+    /// clean again, without an extra plane. Cleared when the bulk ends.
     pub(crate) const BULK: u8 = 1 << 2;
 }
 

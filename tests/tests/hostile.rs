@@ -14,7 +14,7 @@ use numaframe::{
     AllocFlags, BootError, BootOptions, BulkFreeError, FreeError, MAX_NODES, MAX_ORDER,
     MAX_SPANS_PER_ZONE, Machine, MemoryRange, NodeId, NodeInfo, NodeMask, OfflineError,
     OfflineOptions, Order, PAGE_SIZE, PcpConfig, Pfn, PhysAddr, PhysRange, PolicyError, TablePlace,
-    Topology, TopologyError,
+    Topology, TopologyError, ZoneKind,
 };
 use numaframe_hosted::readers::{parse_numactl, parse_toml};
 use numaframe_hosted::sim::{Sim, SimMemory};
@@ -265,6 +265,53 @@ fn double_frees_are_refused() {
         FreeError::DoubleFree { pfn: h }
     );
     m.check_invariants().unwrap();
+}
+
+/// A refused bulk free leaves nothing behind that later calls could see: a twin machine that
+/// never saw it, given the same calls afterwards, reports the same counters. The bulk frees
+/// into a clean pageblock, which it gives an extra plane to keep its clean frames apart; the
+/// undo must take that plane away again, or the pageblock, once a CPU lends it and gives it
+/// back with a dirty frame, tracks its dirty frames one by one where the twin marks them all.
+#[test]
+fn a_refused_bulk_free_leaves_the_machine_as_its_twin() {
+    fn zeroed(w: &World) -> BootOptions<'_> {
+        BootOptions {
+            zeroed: true,
+            ..w.spec.options()
+        }
+    }
+    // Each case: the refused bulk, from the frame `x` both machines allocated.
+    let cases: [fn(Pfn) -> Vec<Pfn>; 2] = [
+        // A duplicate: the first entry goes through the pageblock's run, then the refusal.
+        |x| vec![x, x],
+        // A free frame of the same pageblock: both entries go frame by frame.
+        |x| vec![x, Pfn::new(x.get() + 1)],
+    ];
+    for (i, bulk) in cases.iter().enumerate() {
+        let (wa, wb) = (World::standard(), World::standard());
+        let (a, b) = (wa.boot_with(zeroed(&wa)), wb.boot_with(zeroed(&wb)));
+        let x = a.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        assert_eq!(b.alloc(n(0), Order::ZERO, AllocFlags::empty()), Some(x));
+        free_bulk_err(&a, &bulk(x));
+        let counters = |m: &Machine<'_>| -> Vec<_> {
+            m.nodes()
+                .iter()
+                .flat_map(|node| ZoneKind::ALL.map(|k| node.zone(k).counters()))
+                .collect()
+        };
+        for m in [&a, &b] {
+            // CPU 0 borrows `x`'s pageblock and gives it back with one dirty frame.
+            let c = m.cpu(0).unwrap();
+            let y = m.alloc_cpu(c, Order::ZERO, AllocFlags::empty()).unwrap();
+            assert_eq!(y.get() >> 9, x.get() >> 9, "case {i}: the same pageblock");
+            m.free_cpu(c, y, Order::ZERO).unwrap();
+            m.drain_all();
+            m.free(x, Order::ZERO).unwrap();
+            m.check_invariants().unwrap();
+        }
+        assert_eq!(counters(&a), counters(&b), "case {i}");
+        assert_eq!(Snap::of(&a), Snap::of(&b), "case {i}");
+    }
 }
 
 #[test]

@@ -962,8 +962,11 @@ impl FreeArea {
     /// pageblock: [`FreeArea::bulk_undo`] can still take it back exactly, or
     /// [`FreeArea::resettle`] finish it.
     pub(crate) fn bulk_free(&mut self, r: PbRef, off: usize) {
+        // Clean without an extra plane before this bulk: an undo restores exactly that (an
+        // extra plane `keep_clean_apart` gives it now included).
+        let fresh = !self.meta.has_plane(r, Which::Extra)
+            && self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY == 0);
         self.keep_clean_apart(r);
-        let exact = self.meta.has_plane(r, Which::Extra);
         self.tracking(r, |a| {
             a.meta.update_planes(r, |alloc, extra| {
                 alloc.put(off, false);
@@ -973,7 +976,7 @@ impl FreeArea {
             });
             a.meta.update_pb(r, |h| {
                 h.free += 1;
-                if !exact && h.flags & flag::DIRTY == 0 {
+                if fresh {
                     h.flags |= flag::BULK;
                 }
                 h.flags |= flag::DIRTY;
@@ -1011,6 +1014,9 @@ impl FreeArea {
         if singles != Some(true) {
             return false;
         }
+        // As in `bulk_free`: clean without an extra plane before this bulk.
+        let fresh = !self.meta.has_plane(r, Which::Extra)
+            && self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY == 0);
         self.keep_clean_apart(r);
         let n = mask.count();
         let counts = self.meta.with_pb_mut(r, |h, mut alloc, mut extra| {
@@ -1022,7 +1028,7 @@ impl FreeArea {
                 x.set_from(mask);
             }
             h.free += n as u16;
-            if extra.is_none() && h.flags & flag::DIRTY == 0 {
+            if fresh {
                 h.flags |= flag::BULK;
             }
             h.flags |= flag::DIRTY;
@@ -1058,13 +1064,25 @@ impl FreeArea {
     }
 
     /// After [`FreeArea::bulk_undo`] of every frame a refused bulk freed into the pageblock
-    /// holding `pfn`: a pageblock the bulk turned dirty (no extra plane) is clean again.
+    /// holding `pfn`: a pageblock the bulk turned dirty is clean again, and without the extra
+    /// plane the bulk gave it (the slot that plane's pair replaced went back to the pool, so a
+    /// single one is free for it).
     pub(crate) fn bulk_restore(&mut self, pfn: Pfn) {
         let Some(r) = self.pb_ref(pfn) else {
             return;
         };
         if self.meta.pb(r).is_some_and(|h| h.flags & flag::BULK != 0) {
             self.tracking(r, |a| {
+                if a.meta.has_plane(r, Which::Extra)
+                    && let Some(alloc) = a.meta.plane(r, Which::Alloc)
+                {
+                    // If even the reserve had no single left, the pageblock keeps its pair:
+                    // still exact, only larger.
+                    let _ = a
+                        .meta
+                        .set_planes(r, alloc, None, Need::Normal)
+                        .or_else(|_| a.meta.set_planes(r, alloc, None, Need::Growth));
+                }
                 a.meta
                     .update_pb(r, |h| h.flags &= !(flag::BULK | flag::DIRTY));
             });
