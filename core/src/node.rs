@@ -80,7 +80,10 @@ pub struct ZoneCounters {
     /// has left to do.
     pub dirty: u64,
     /// Free pages in blocks reported to the host since they last became free (see
-    /// [`Machine::report`](crate::Machine::report)); they are clean. The other free pages
+    /// [`Machine::report`](crate::Machine::report)); they are clean only on a machine whose
+    /// host gives reported memory back zeroed
+    /// ([`Machine::with_zeroing_host`](crate::Machine::with_zeroing_host)), and otherwise keep
+    /// the dirty state they had (and count in `dirty` too). The other free pages
     /// (`free - reported`) include those outside free blocks of 2 MiB, which are never
     /// reported.
     pub reported: u64,
