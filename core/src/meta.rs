@@ -3067,6 +3067,45 @@ mod tests {
         PhysRange::new(Pfn::new(start), Pfn::new(start + n)).unwrap()
     }
 
+    /// The number word docs/architecture.md writes right after `phrase` ("one" to "eight").
+    fn doc_number(phrase: &str) -> u64 {
+        let doc = include_str!("../../docs/architecture.md").replace("\n  ", " ");
+        let at = doc
+            .find(phrase)
+            .unwrap_or_else(|| panic!("{phrase:?} not in the doc"))
+            + phrase.len();
+        let word = doc[at..]
+            .split(|c: char| !c.is_ascii_alphabetic())
+            .next()
+            .unwrap();
+        let words = [
+            "one", "two", "three", "four", "five", "six", "seven", "eight",
+        ];
+        words
+            .iter()
+            .position(|w| *w == word)
+            .unwrap_or_else(|| panic!("{word:?}")) as u64
+            + 1
+    }
+
+    /// docs/architecture.md, "Where the metadata comes from": a pool pageblock's plane marks the
+    /// frames its slabs use, "a plane slab is one frame, an array slab" as many as the pages of
+    /// an array of a cell per pageblock of a section.
+    #[test]
+    fn the_architecture_doc_gives_the_frames_of_each_slab() {
+        assert_eq!(
+            doc_number("a plane slab is "),
+            Pool::slab_frames(Short::Singles)
+        );
+        assert_eq!(
+            doc_number("a plane slab is "),
+            Pool::slab_frames(Short::Pairs)
+        );
+        let array_pages = (PBS_PER_SECTION * size_of::<PbCell>()) as u64 / PAGE_SIZE;
+        assert_eq!(doc_number("an array slab "), array_pages);
+        assert_eq!(Pool::slab_frames(Short::Arrays), array_pages);
+    }
+
     /// Lays a span over `range` out in `mem`, its region at 8 GiB.
     fn map_span(mem: &crate::test_util::SparseMem, range: PhysRange) -> (SpanMeta, Seed) {
         let region = frames(8 << 18, region_bytes(range).div_ceil(PAGE_SIZE));
