@@ -3106,6 +3106,28 @@ mod tests {
         assert_eq!(Pool::slab_frames(Short::Arrays), array_pages);
     }
 
+    /// docs/architecture.md, "Budget": "a fixed region of about N KiB per span (the pool's
+    /// seed, room for two edge arrays)": what a span's region holds besides its section
+    /// tables, and what boot carves for a one-section span.
+    #[test]
+    fn the_architecture_doc_gives_the_fixed_region_of_a_span() {
+        let doc = include_str!("../../docs/architecture.md").replace("\n  ", " ");
+        let phrase = "a fixed region of about ";
+        let at = doc.find(phrase).expect("the budget's region line") + phrase.len();
+        let kib: u64 = doc[at..].split(' ').next().unwrap().parse().unwrap();
+        // One slab of each kind (an array, a page of single planes, a page of pairs), and a
+        // cell for each pageblock of two edge sections.
+        let array = (PBS_PER_SECTION * size_of::<PbCell>()) as u64;
+        let fixed = array + 2 * PAGE_SIZE + 2 * array;
+        assert_eq!(kib, fixed >> 10);
+        let one_section = frames(1 << 18, 1 << 18);
+        let carved = region_bytes_bound(one_section).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        assert!(
+            (kib << 10..=(kib + 4) << 10).contains(&carved),
+            "{carved} bytes carved for one section"
+        );
+    }
+
     /// Lays a span over `range` out in `mem`, its region at 8 GiB.
     fn map_span(mem: &crate::test_util::SparseMem, range: PhysRange) -> (SpanMeta, Seed) {
         let region = frames(8 << 18, region_bytes(range).div_ceil(PAGE_SIZE));
