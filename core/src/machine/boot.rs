@@ -608,6 +608,28 @@ mod tests {
 
     const GIB: u64 = 1 << 18;
 
+    /// docs/architecture.md, "Node memory and zones": the machine-wide tables are "about N KiB
+    /// for 1024 nodes and 1024 CPUs, so a machine of 1024 nodes × 1 MiB boots". Booted as
+    /// that machine (a CPU on each node, the default hot-plug slots), within a tenth of N.
+    #[test]
+    #[cfg_attr(miri, ignore = "boots 1024 nodes")]
+    fn the_architecture_doc_gives_the_machine_wide_tables_of_1024_nodes() {
+        let doc = include_str!("../../../docs/architecture.md").replace("\n", " ");
+        let before = &doc[..doc
+            .find(" KiB for 1024 nodes and 1024 CPUs")
+            .expect("the machine-wide tables' size")];
+        let kib: u64 = before.rsplit(' ').next().unwrap().parse().unwrap();
+        let spec = Spec::uniform(1024, 256, 0);
+        let mem = SparseMem::default();
+        let cpus: std::vec::Vec<NodeId> = (0..1024).map(NodeId::new).collect();
+        let m = spec.boot_with_cpus(&mem, &cpus);
+        let bytes = m.machine_tables().frames.bytes();
+        assert!(
+            (kib * 1024 * 9 / 10..=kib * 1024 * 11 / 10).contains(&bytes),
+            "{bytes} bytes of machine-wide tables, the doc says about {kib} KiB"
+        );
+    }
+
     /// The metadata regions of `m`'s zone `kind` of node `node`'s spans.
     fn regions(m: &Machine<'_>, node: usize, kind: ZoneKind) -> std::vec::Vec<PhysRange> {
         m.node(n(node))
