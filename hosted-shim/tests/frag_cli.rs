@@ -624,3 +624,69 @@ fn svg_stays_well_formed_whatever_the_file_name() {
         .collect();
     assert!(bad.is_empty(), "control characters in the SVG: {bad:?}");
 }
+
+/// `doc` holds for `got`: every key of a documented object is in the output with that value,
+/// a documented list is the start of the output's, and a documented number may be the output's
+/// rounded to two decimals.
+fn documented_part_matches(doc: &Value, got: &Value, at: &str) {
+    match (doc, got) {
+        (Value::Object(d), Value::Object(g)) => {
+            for (k, v) in d {
+                let g = g
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{at}.{k}: not in the output"));
+                documented_part_matches(v, g, &format!("{at}.{k}"));
+            }
+        }
+        (Value::Array(d), Value::Array(g)) => {
+            assert!(
+                d.len() <= g.len(),
+                "{at}: {} entries documented, {} output",
+                d.len(),
+                g.len()
+            );
+            for (i, (d, g)) in d.iter().zip(g).enumerate() {
+                documented_part_matches(d, g, &format!("{at}[{i}]"));
+            }
+        }
+        (Value::Number(d), Value::Number(g)) => {
+            let (d, g) = (d.as_f64().unwrap(), g.as_f64().unwrap());
+            assert!((d - g).abs() < 0.01, "{at}: documented {d}, output {g}");
+        }
+        _ => assert_eq!(doc, got, "{at}"),
+    }
+}
+
+/// docs/cli.md's `frag` JSON example is the output of the command it names: the values of the
+/// entries it shows (one of each list) are node 0's, its first zone's and the metadata's.
+#[test]
+fn the_documented_json_example_is_what_the_command_prints() {
+    let cli_md =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
+    let intro = "JSON (`--preset fake-64 --workload churn --rounds 2 --svg\nx.svg`";
+    let from = cli_md.find(intro).expect("the frag JSON example");
+    let block = &cli_md[from..];
+    let start = block.find("```json\n").unwrap() + "```json\n".len();
+    let example = &block[start..start + block[start..].find("```").unwrap()];
+    let doc: Value = serde_json::from_str(&example.replace(",…", "")).expect("the example");
+
+    let dir = TempDir::new("frag-doc");
+    let svg = dir.path().join("x.svg");
+    let (code, out, err) = numaframe(&[
+        "frag",
+        "--preset",
+        "fake-64",
+        "--workload",
+        "churn",
+        "--rounds",
+        "2",
+        "--svg",
+        svg.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let mut got: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(got["svg"]["file"].as_str(), svg.to_str());
+    got["svg"]["file"] = "x.svg".into();
+    documented_part_matches(&doc, &got, "frag");
+}
