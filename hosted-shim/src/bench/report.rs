@@ -401,6 +401,58 @@ mod tests {
         Measurement::timed(scenario, allocator, vec![ns_per_op; 3])
     }
 
+    /// The keys of each object of `bench --json` are those of docs/cli.md's example: the
+    /// document's, a result's (a timed scenario's, without extra fields), a skipped cell's, a
+    /// target's and a scaling entry's.
+    #[test]
+    fn json_objects_have_the_keys_of_the_documented_example() {
+        use scenario::*;
+        use std::collections::BTreeSet;
+        let cli_md =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md"))
+                .unwrap();
+        let block = &cli_md[cli_md
+            .find("### `numaframe bench")
+            .expect("the bench section")..];
+        let start = block.find("```json\n").unwrap() + "```json\n".len();
+        let example = &block[start..start + block[start..].find("```").unwrap()];
+        let doc: serde_json::Value =
+            serde_json::from_str(&example.replace(",…", "")).expect("the example");
+
+        let mut r = Report {
+            results: vec![
+                m(PAIR_1G, name::NUMAFRAME, 4.0),
+                m(PAIR_1G, name::FLOOR, 2.0),
+                m(THREADS_1, name::NUMAFRAME, 10.0),
+                m(THREADS_2, name::NUMAFRAME, 5.5),
+                m(THREADS_4, name::NUMAFRAME, 6.0),
+                m(THREADS_1, name::FLOOR_PER_THREAD, 1.0),
+                m(THREADS_2, name::FLOOR_PER_THREAD, 0.5),
+            ],
+            skipped: vec![Skipped {
+                scenario: FILL_1G,
+                allocator: name::FREE_LIST,
+                why: "seconds per run; left out of --quick",
+            }],
+            quick: true,
+            ..Report::default()
+        };
+        r.compute_targets();
+        r.scaling = r.scaling();
+        let got = serde_json::to_value(&r).unwrap();
+        let keys = |v: &serde_json::Value| -> BTreeSet<String> {
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        assert_eq!(keys(&got), keys(&doc), "the document");
+        for list in ["results", "skipped", "targets", "scaling"] {
+            assert_eq!(
+                keys(&got[list][0]),
+                keys(&doc[list][0]),
+                "an entry of {list}"
+            );
+        }
+    }
+
     #[test]
     fn report_ratios_targets_and_text() {
         use scenario::*;
