@@ -958,14 +958,19 @@ impl FreeArea {
         }
     }
 
+    /// `true` if split pageblock `r` is clean and has no extra plane: what a bulk free into it
+    /// marks [`flag::BULK`], so that an undo restores exactly that (the extra plane
+    /// `keep_clean_apart` gives it included).
+    fn clean_without_extra(&self, r: PbRef) -> bool {
+        !self.meta.has_plane(r, Which::Extra)
+            && self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY == 0)
+    }
+
     /// Frees order-0 frame `off` of split pageblock `r` for a bulk free, without settling the
     /// pageblock: [`FreeArea::bulk_undo`] can still take it back exactly, or
     /// [`FreeArea::resettle`] finish it.
     pub(crate) fn bulk_free(&mut self, r: PbRef, off: usize) {
-        // Clean without an extra plane before this bulk: an undo restores exactly that (an
-        // extra plane `keep_clean_apart` gives it now included).
-        let fresh = !self.meta.has_plane(r, Which::Extra)
-            && self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY == 0);
+        let fresh = self.clean_without_extra(r);
         self.keep_clean_apart(r);
         self.tracking(r, |a| {
             a.meta.update_planes(r, |alloc, extra| {
@@ -1014,9 +1019,7 @@ impl FreeArea {
         if singles != Some(true) {
             return false;
         }
-        // As in `bulk_free`: clean without an extra plane before this bulk.
-        let fresh = !self.meta.has_plane(r, Which::Extra)
-            && self.meta.pb(r).is_some_and(|h| h.flags & flag::DIRTY == 0);
+        let fresh = self.clean_without_extra(r);
         self.keep_clean_apart(r);
         let n = mask.count();
         let counts = self.meta.with_pb_mut(r, |h, mut alloc, mut extra| {

@@ -7,7 +7,7 @@ use super::boot::{Piece, pieces, validate_range};
 use super::layout::{SpanRef, StagedSpan, Staging};
 use crate::addr::PhysRange;
 use crate::error::BootError;
-use crate::meta::{SPAN_LIMIT_SHIFT, Seed, SpanMeta};
+use crate::meta::{Seed, SpanMeta};
 use crate::node::{Node, ZoneKind, default_min_free_kbytes};
 use crate::platform::PhysMemory;
 use crate::sync::MutexGuard;
@@ -25,12 +25,13 @@ impl<'a> Machine<'a> {
         extra: usize,
     ) -> Result<(), BootError> {
         let zone = self.nodes[p.node.index()].zone(ZoneKind::of(p.usable.start()));
-        if p.usable.is_empty() || p.usable.frames() >= 1 << SPAN_LIMIT_SHIFT {
+        if p.usable.is_empty() {
             return Err(BootError::BadRange {
                 start: p.usable.start(),
             });
         }
-        // A range of the right size that the zone cannot take: it holds its most spans.
+        // `pieces` keeps every piece below the span size limit, so a zone that cannot take
+        // one holds its most spans.
         if !zone.can_add(p.usable) || !staged.has_room(extra) {
             return Err(BootError::TooManyRanges);
         }
