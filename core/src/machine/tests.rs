@@ -893,14 +893,19 @@ fn numastat_reserve_pass_under_bind_counts_against_the_whole_zonelist() {
     let spec = Spec::uniform(2, 4096, 0);
     let mem = SparseMem::default();
     let m = boot_protected(&spec, &mem, 4 * 400, 0);
+    // Largest blocks first, so that emptying a node takes a few dozen allocations (Miri).
+    let mut blocks = Vec::new();
+    for (node, flags) in [
+        (n(0), AllocFlags::THISNODE | AllocFlags::RESERVE),
+        (n(1), AllocFlags::THISNODE),
+    ] {
+        for k in (0..=10).rev() {
+            while let Some(p) = m.alloc(node, Order::new(k), flags) {
+                blocks.push((p, Order::new(k)));
+            }
+        }
+    }
     let mut held = Vec::new();
-    let flags = AllocFlags::THISNODE | AllocFlags::RESERVE;
-    while let Some(p) = m.alloc(n(0), Order::ZERO, flags) {
-        held.push(p);
-    }
-    while let Some(p) = m.alloc(n(1), Order::ZERO, AllocFlags::THISNODE) {
-        held.push(p);
-    }
     assert_eq!(m.node(n(0)).unwrap().free_pages(), 0);
     assert!(m.node(n(1)).unwrap().free_pages() >= 4);
     let mut bind1 = TaskPolicy::new(&m, Policy::Bind(NodeMask::single(n(1))), false).unwrap();
@@ -929,6 +934,9 @@ fn numastat_reserve_pass_under_bind_counts_against_the_whole_zonelist() {
         "reserve under bind: foreign on node 0"
     );
     m.free_bulk(&held).unwrap();
+    for (p, order) in blocks {
+        m.free(p, order).unwrap();
+    }
     m.check_invariants().unwrap();
 }
 
