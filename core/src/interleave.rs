@@ -119,9 +119,9 @@ impl Weights {
         Ok(w)
     }
 
-    /// Weights from memory bandwidth, as Linux's auto mode computes them: for each node `n` of
-    /// `nodes`, `w(n) = max(1, floor(32 · bw(n) / Σ bw))` over the set, then all divided by
-    /// their gcd. So 300,300,100,100 gives 3,3,1,1 and 200,100 gives 21,10. `bandwidths[n]` is
+    /// Weights from memory bandwidth, with the formula of Linux's auto mode over `nodes` (Linux
+    /// sums over every node with memory: see docs/interleave.md): for each node `n` of `nodes`,
+    /// `w(n) = max(1, floor(32 · bw(n) / Σ bw))` over the set, then all divided by their gcd. So 300,300,100,100 gives 3,3,1,1 and 200,100 gives 21,10. `bandwidths[n]` is
     /// node `n`'s bandwidth (any unit); nodes outside the set weigh 1. If every node of the set
     /// has bandwidth 0, they all weigh 1.
     ///

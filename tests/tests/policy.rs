@@ -727,7 +727,7 @@ fn socket_aware_nodes_without_a_package_share_none() {
 }
 
 /// docs/interleave.md: the policy's node set is "the mask given ∩ the nodes with memory now",
-/// and auto weights are computed "as Linux's auto mode computes them ... over the nodes of the
+/// and auto weights take "the formula of Linux's auto mode ... over the nodes of the policy's
 /// set". Linux's `reduce_interleave_weights()` sums over `N_MEMORY` nodes only. A memoryless
 /// CPU node in the mask takes no turn and has no memory bandwidth: it must neither fail the
 /// computation nor change the other nodes' weights.
