@@ -44,7 +44,24 @@ pub struct NumaFrameAllocator<'m, 'a> {
 
 impl<'m, 'a> NumaFrameAllocator<'m, 'a> {
     /// Frames from `cpu_node`, then its fallback order.
-    pub fn new(machine: &'m Machine<'a>, cpu_node: NodeId) -> Self {
+    ///
+    /// Safe code cannot make one: [`FrameAllocator`] promises frames nobody uses, and the
+    /// machine cannot tell a free by the frame's owner from anyone else's.
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(m: &numaframe::Machine<'_>) {
+    /// let _ = numaframe::NumaFrameAllocator::new(m, numaframe::NodeId::new(0));
+    /// # }
+    /// ```
+    ///
+    /// # Safety
+    /// While the allocator and the frames it handed out are in use, nothing else frees a frame
+    /// it took from `machine` (through [`Machine::free`] or any other call): the machine cannot
+    /// tell its frames from anyone's, so it would accept such a free and hand the frame out
+    /// again, through this allocator too, while a page table still lives in it (as for
+    /// [`NodeHeap::new`](crate::heap::NodeHeap::new)).
+    #[allow(unsafe_code)]
+    pub unsafe fn new(machine: &'m Machine<'a>, cpu_node: NodeId) -> Self {
         Self {
             machine,
             cpu_node,
@@ -153,8 +170,10 @@ const fn order_of(size: u64) -> Order {
 macro_rules! frame_traits {
     ($($size:ty),*) => {$(
         // SAFETY: every frame comes from the machine's allocator, which hands out each block
-        // once until it is freed: frames are unique and unused. A frame's block has exactly
-        // the page size's order, so the frame covers only memory handed to the caller.
+        // once until it is freed, and nothing else frees the frames this allocator took (the
+        // contract of `NumaFrameAllocator::new`): frames are unique and unused. A frame's
+        // block has exactly the page size's order, so the frame covers only memory handed to
+        // the caller.
         #[allow(unsafe_code)]
         unsafe impl FrameAllocator<$size> for NumaFrameAllocator<'_, '_> {
             fn allocate_frame(&mut self) -> Option<PhysFrame<$size>> {

@@ -27,6 +27,12 @@ fn opts() -> BootOptions<'static> {
     }
 }
 
+/// The machine's `x86_64` frame allocator for a CPU of `node`.
+fn frame_allocator<'m, 'a>(m: &'m Machine<'a>, node: NodeId) -> NumaFrameAllocator<'m, 'a> {
+    // SAFETY: the tests free the allocator's frames only through the allocator itself.
+    unsafe { NumaFrameAllocator::new(m, node) }
+}
+
 fn node_of<S: PageSize>(m: &Machine<'_>, f: PhysFrame<S>) -> Option<NodeId> {
     m.node_of(PhysAddr::new(f.start_address().as_u64()).pfn())
 }
@@ -48,7 +54,7 @@ fn every_size_comes_from_the_cpu_node_and_goes_back() {
     let sim = Sim::new(&spec).unwrap();
     let m = sim.boot(opts()).unwrap();
     let before = free_pages(&m);
-    let mut a = NumaFrameAllocator::new(&m, n(2));
+    let mut a = frame_allocator(&m, n(2));
     let small: Vec<PhysFrame<Size4KiB>> = take(&mut a, 100);
     let mid: Vec<PhysFrame<Size2MiB>> = take(&mut a, 4);
     let big: Vec<PhysFrame<Size1GiB>> = take(&mut a, 2);
@@ -96,7 +102,7 @@ fn frames_follow_the_fallback_order_then_run_out() {
     .unwrap();
     let sim = Sim::new(&spec).unwrap();
     let m = sim.boot(opts()).unwrap();
-    let mut a = NumaFrameAllocator::new(&m, n(0));
+    let mut a = frame_allocator(&m, n(0));
     let mut frames: Vec<PhysFrame<Size2MiB>> = Vec::new();
     while let Some(f) = FrameAllocator::<Size2MiB>::allocate_frame(&mut a) {
         frames.push(f);
@@ -112,7 +118,7 @@ fn frames_follow_the_fallback_order_then_run_out() {
     assert_eq!(first_remote, Some(on(0)), "local frames first");
     let none: Option<PhysFrame<Size1GiB>> = a.allocate_frame();
     assert_eq!(none, None, "no 1 GiB block in 64 MiB nodes");
-    let mut this = NumaFrameAllocator::new(&m, n(1)).with_flags(AllocFlags::THISNODE);
+    let mut this = frame_allocator(&m, n(1)).with_flags(AllocFlags::THISNODE);
     assert_eq!(
         FrameAllocator::<Size4KiB>::allocate_frame(&mut this).map(|f| node_of(&m, f)),
         Some(Some(n(1)))
@@ -131,7 +137,7 @@ fn a_policy_places_the_frames() {
     let m = sim.boot(opts()).unwrap();
     let all = NodeMask::first_n(4);
     let policy = TaskPolicy::new(&m, Policy::Interleave(all), false).unwrap();
-    let mut a = NumaFrameAllocator::new(&m, n(0)).with_policy(policy);
+    let mut a = frame_allocator(&m, n(0)).with_policy(policy);
     let frames: Vec<PhysFrame<Size4KiB>> = take(&mut a, 40);
     for i in 0..4 {
         let count = frames
@@ -142,7 +148,7 @@ fn a_policy_places_the_frames() {
     }
     assert!(a.policy().is_some());
     let bind = TaskPolicy::new(&m, Policy::Bind(NodeMask::single(n(3))), false).unwrap();
-    let mut b = NumaFrameAllocator::new(&m, n(0)).with_policy(bind);
+    let mut b = frame_allocator(&m, n(0)).with_policy(bind);
     let f: Vec<PhysFrame<Size1GiB>> = take(&mut b, 3);
     assert!(f.iter().all(|f| node_of(&m, *f) == Some(n(3))));
 }
@@ -154,7 +160,7 @@ fn huge_frames_from_the_pools_and_refused_frees() {
     let m = sim.boot(opts()).unwrap();
     assert_eq!(m.reserve_huge(n(1), HugeSize::Size2M, 3), 3);
     assert_eq!(m.reserve_huge(n(1), HugeSize::Size1G, 1), 1);
-    let mut a = NumaFrameAllocator::new(&m, n(1)).with_huge_pools();
+    let mut a = frame_allocator(&m, n(1)).with_huge_pools();
     let two: Vec<PhysFrame<Size2MiB>> = take(&mut a, 3);
     assert_eq!(
         m.huge_counts(n(1), HugeSize::Size2M),
@@ -224,7 +230,7 @@ fn the_crates_mapper_builds_tables_in_numaframe_frames() {
         .unwrap()
         .as_ptr()
         .addr() as u64;
-    let mut a = NumaFrameAllocator::new(&m, n(0));
+    let mut a = frame_allocator(&m, n(0));
     let l4: PhysFrame<Size4KiB> = a.allocate_frame().unwrap();
     let l4_ptr = (offset + l4.start_address().as_u64()) as *mut PageTable;
     // SAFETY: the frame is ours (just allocated), lies in the simulated arena at `offset`, and
@@ -285,7 +291,7 @@ fn zeroed_huge_frames_from_the_pools_read_as_zero() {
     // SAFETY: the page was handed out to the test and lies in the simulated memory.
     unsafe { p.as_ptr().write_bytes(0x5a, 4096) };
     m.free_huge(pfn, HugeSize::Size2M).unwrap();
-    let mut a = NumaFrameAllocator::new(&m, n(1))
+    let mut a = frame_allocator(&m, n(1))
         .with_flags(AllocFlags::ZERO)
         .with_huge_pools();
     let f: PhysFrame<Size2MiB> = a.allocate_frame().unwrap();
@@ -306,7 +312,7 @@ fn pool_frame(cpu_node: NodeId, flags: AllocFlags) -> Option<(Option<NodeId>, u6
     let sim = Sim::new(&spec).unwrap();
     let m = sim.boot(opts()).unwrap();
     assert_eq!(m.reserve_huge(n(0), HugeSize::Size2M, 1), 1);
-    let mut a = NumaFrameAllocator::new(&m, cpu_node)
+    let mut a = frame_allocator(&m, cpu_node)
         .with_flags(flags)
         .with_huge_pools();
     let f: PhysFrame<Size2MiB> = a.allocate_frame()?;

@@ -147,7 +147,8 @@ pub fn build(
     uncached: &[Option<(u64, u64)>],
 ) -> Result<Report, PagingError> {
     let mut frames = Counting {
-        inner: NumaFrameAllocator::new(machine, node),
+        // SAFETY: the page tables' frames go back only through this allocator.
+        inner: unsafe { NumaFrameAllocator::new(machine, node) },
         frames: 0,
     };
     let pml4_frame = frames.allocate_frame().ok_or(PagingError::NoFrame)?;
@@ -220,7 +221,8 @@ fn probe(
     machine: &Machine<'_>,
     node: NodeId,
 ) -> Result<u64, PagingError> {
-    let mut blocks = NumaFrameAllocator::new(machine, node);
+    // SAFETY: the probe's block goes back only through this allocator.
+    let mut blocks = unsafe { NumaFrameAllocator::new(machine, node) };
     let block: PhysFrame<Size2MiB> = blocks.allocate_frame().ok_or(PagingError::NoFrame)?;
     let before = frames.frames;
     let page = Page::<Size2MiB>::containing_address(VirtAddr::new(PROBE));
