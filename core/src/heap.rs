@@ -49,8 +49,11 @@ pub const DEFAULT_GROW_ORDER: Order = Order::new(4);
 /// For every `range` of frames that a [`Machine`] handed out and on which `map_frames(range)`
 /// returns `Some(p)`, the implementation guarantees that `p` is valid for reads and writes of
 /// `range.bytes()` bytes, is aligned to [`PAGE_SIZE`], and stays so for as long as `self` is
-/// borrowed; and that mapping the frames that follow `range` gives the address right after
-/// `range`'s last byte whenever the platform maps them contiguously (an identity or linear map).
+/// borrowed; that those bytes are the memory of `range`'s frames alone, which nothing else
+/// reaches while the machine has them handed out (mappings of disjoint ranges never overlap,
+/// and none overlaps memory a [`PhysMemory`](crate::PhysMemory) maps for the machine); and
+/// that mapping the frames that follow `range` gives the address right after `range`'s last
+/// byte whenever the platform maps them contiguously (an identity or linear map).
 pub unsafe trait FrameMap {
     /// A pointer to the first byte of `range`, or `None` if the platform cannot map it.
     fn map_frames(&self, range: PhysRange) -> Option<NonNull<u8>>;
