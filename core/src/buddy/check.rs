@@ -95,6 +95,16 @@ impl FreeArea {
                                     kind: PageblockKind::Free,
                                     free: FRAMES as u16,
                                 },
+                                // Free, held by a scrub for a moment.
+                                PbState::Allocated { .. } | PbState::AllocatedTail
+                                    if self.scrub_holds_block_of(r) =>
+                                {
+                                    PageblockInfo {
+                                        pfn,
+                                        kind: PageblockKind::Free,
+                                        free: FRAMES as u16,
+                                    }
+                                }
                                 PbState::Split if self.spare[h.class.index()] == Some(r) => {
                                     PageblockInfo {
                                         pfn,
@@ -102,10 +112,11 @@ impl FreeArea {
                                         free: h.free,
                                     }
                                 }
+                                // Frames a scrub holds are still free.
                                 PbState::Split => PageblockInfo {
                                     pfn,
                                     kind: PageblockKind::Split(h.class),
-                                    free: h.free,
+                                    free: h.free + self.scrub_frames_of(r),
                                 },
                                 PbState::Hot => whole(PageblockKind::Cached(h.class)),
                                 // The metadata pool's: long-lived, and none of its frames
@@ -151,7 +162,18 @@ impl FreeArea {
         for k in PB_SHIFT as u8..=MAX_ORDER {
             counts[usize::from(k)] = self.counts[Self::list(k)];
         }
-        self.for_each_split(|_, _, alloc| cut(&alloc, 0, PB_SHIFT as u8, &mut counts));
+        // A unit a scrub holds is still free.
+        if let Some(k) = self.scrub_held_block() {
+            counts[usize::from(k)] += 1;
+        }
+        self.for_each_split(|r, _, alloc| {
+            cut(
+                &self.without_scrub_held(r, alloc),
+                0,
+                PB_SHIFT as u8,
+                &mut counts,
+            );
+        });
         counts
     }
 

@@ -1544,9 +1544,16 @@ impl FreeArea {
 
     /// Free frames in free blocks of at least `order` (for the unusable index and HBA).
     pub(crate) fn free_in_blocks_of(&self, order: Order) -> u64 {
-        let big: u64 = (order.get().max(PB_SHIFT as u8)..=MAX_ORDER)
+        let from = order.get().max(PB_SHIFT as u8);
+        // A unit a scrub holds is still free.
+        let held = self
+            .scrub_held_block()
+            .filter(|&k| k >= from)
+            .map_or(0, |k| 1u64 << k);
+        let big: u64 = (from..=MAX_ORDER)
             .map(|k| self.counts[Self::list(k)] << k)
-            .sum();
+            .sum::<u64>()
+            + held;
         let spares = self.spare.iter().flatten().count() as u64;
         if order.get() < PB_SHIFT as u8 {
             // A spare is a split pageblock: `small_free_in_blocks_of` counts its frames.

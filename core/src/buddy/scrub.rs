@@ -65,6 +65,50 @@ impl FreeArea {
         }
     }
 
+    /// The order of the free block of pageblocks (or section) a scrub holds, if it holds one:
+    /// still free memory, for the reports that count free blocks.
+    pub(super) fn scrub_held_block(&self) -> Option<u8> {
+        match self.scrub {
+            Some(Scrubbing {
+                held: Held::Big { order, .. },
+                ..
+            }) => Some(order),
+            _ => None,
+        }
+    }
+
+    /// `true` if pageblock `r` lies in the free block of pageblocks a scrub holds.
+    pub(super) fn scrub_holds_block_of(&self, r: PbRef) -> bool {
+        matches!(self.scrub, Some(Scrubbing { held: Held::Big { b: Big::Pb(h), order }, .. })
+            if h.span == r.span
+                && (h.index..h.index + (1 << (order - PB_SHIFT as u8))).contains(&r.index))
+    }
+
+    /// How many free frames of split pageblock `r` a scrub holds.
+    pub(super) fn scrub_frames_of(&self, r: PbRef) -> u16 {
+        match self.scrub {
+            Some(Scrubbing {
+                held: Held::Frames { r: h, taken },
+                ..
+            }) if h == r => taken.count() as u16,
+            _ => 0,
+        }
+    }
+
+    /// `alloc`, the allocation plane of split pageblock `r`, without the free frames a scrub
+    /// holds there: the frames the reports count as free.
+    pub(super) fn without_scrub_held(&self, r: PbRef, mut alloc: Plane) -> Plane {
+        if let Some(Scrubbing {
+            held: Held::Frames { r: h, taken },
+            ..
+        }) = self.scrub
+            && h == r
+        {
+            alloc.clear_from(&taken);
+        }
+        alloc
+    }
+
     /// `true` if a scrub holds frames of pageblock `r`: it is in no bucket and not the spare
     /// meanwhile, so no CPU can be lent it and no class steal it.
     pub(super) fn scrub_holds_pb(&self, r: PbRef) -> bool {

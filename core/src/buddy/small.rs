@@ -1169,7 +1169,8 @@ impl FreeArea {
             return 0;
         }
         let mut total = 0;
-        self.for_each_split(|_, _, alloc| {
+        self.for_each_split(|r, _, alloc| {
+            let alloc = self.without_scrub_held(r, alloc);
             let len = 1usize << order.get();
             total += (0..FRAMES)
                 .step_by(len)
