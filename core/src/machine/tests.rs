@@ -1168,3 +1168,319 @@ fn a_hint_that_moves_on_does_not_renew_its_budget_without_a_full_walk() {
     take_out(&mut held, row[0], low + 16);
     nearest_within_the_budget(&m, row[0], &mut held);
 }
+
+/// Linux's `fill_contig_page_info()` and `unusable_free_index()` (mm/vmstat.c), transcribed
+/// over a buddyinfo row: the free pages, and the index in thousandths for `suitable_order`.
+fn linux_unusable_free_index(
+    nr_free: &[u64; crate::addr::NR_ORDERS],
+    suitable_order: u32,
+) -> (u64, u64) {
+    let mut free_pages = 0u64;
+    let mut free_blocks_suitable = 0u64;
+    for (order, &blocks) in nr_free.iter().enumerate() {
+        let order = order as u32;
+        free_pages += blocks << order;
+        if order >= suitable_order {
+            free_blocks_suitable += blocks << (order - suitable_order);
+        }
+    }
+    if free_pages == 0 {
+        return (0, 1000);
+    }
+    let index = (free_pages - (free_blocks_suitable << suitable_order)) * 1000 / free_pages;
+    (free_pages, index)
+}
+
+/// Every counter a zone and a node report agrees with the memory it counts after a mixed
+/// workload (zone, per-CPU and bulk allocations of several orders, frees, huge-page
+/// reservation, scrub, report, hot-add and offline): buddyinfo sums to the free count, the
+/// unusable index is Linux's `unusable_free_index` of that buddyinfo at every order, node
+/// totals are the sums of their zones, every managed page is free, held by the test, in a
+/// huge-page pool, cached by a CPU or metadata, and numastat counts each allocated page once.
+#[test]
+#[cfg_attr(miri, ignore = "a long mixed workload")]
+fn every_reported_counter_agrees_with_a_recount_after_a_mixed_workload() {
+    struct Zeroes;
+    impl FrameClearer for Zeroes {
+        fn clear(&self, _: PhysRange) {}
+    }
+    static CLEAR: Zeroes = Zeroes;
+    // Node 0 straddles 4 GiB (both zones), node 1 lies above it.
+    let spec = Spec::uniform(2, 16 * 1024, FOUR_GIB - 8 * 1024);
+    let mem = SparseMem::default();
+    let m = spec
+        .boot_with_cpus(&mem, &[n(0), n(1)])
+        .with_clearer(&CLEAR);
+    let mut held: Vec<(Pfn, Order)> = Vec::new();
+    let mut allocated_pages = 0u64;
+    let check_with =
+        |m: &Machine<'_>, held: &[(Pfn, Order)], allocated_pages: u64, what: &str, away: u64| {
+            if away == 0 {
+                m.check_invariants().unwrap();
+            }
+            let mut managed = 0u64;
+            let mut accounted = m.cached_pages() + away;
+            for node in m.nodes().iter() {
+                let (mut free, mut node_managed, mut dirty, mut reported) = (0, 0, 0, 0);
+                for k in ZoneKind::ALL {
+                    let zone = node.zone(k);
+                    let c = zone.counters();
+                    let info = zone.buddyinfo();
+                    let (linux_free, _) = linux_unusable_free_index(&info, 0);
+                    assert_eq!(linux_free, c.free, "{what}: buddyinfo sums to free, {k:?}");
+                    for order in 0..=MAX_ORDER {
+                        let idx = zone.unusable_index(Order::new(order));
+                        let (_, want) = linux_unusable_free_index(&info, u32::from(order));
+                        assert_eq!(idx.free_pages, c.free, "{what}: {k:?} order {order}");
+                        assert_eq!(idx.thousandths(), want, "{what}: {k:?} order {order}");
+                    }
+                    assert!(c.dirty <= c.free && c.reported <= c.free, "{what}");
+                    let pb = zone.pageblocks();
+                    let mut walked = 0u64;
+                    zone.for_each_pageblock(|_| walked += 1);
+                    assert_eq!(
+                        pb.free + pb.whole + pb.split[0] + pb.split[1],
+                        walked,
+                        "{what}"
+                    );
+                    assert!(pb.free * 512 <= c.free, "{what}: {k:?} {pb:?}");
+                    for size in [HugeSize::Size2M, HugeSize::Size1G] {
+                        let pc = zone.pool_counts(size.order());
+                        accounted += pc.total << size.order().get();
+                    }
+                    accounted += c.free + c.metadata;
+                    free += c.free;
+                    node_managed += c.managed;
+                    dirty += c.dirty;
+                    reported += c.reported;
+                }
+                assert_eq!(node.free_pages(), free, "{what}");
+                assert_eq!(node.managed_pages(), node_managed, "{what}");
+                assert_eq!(node.dirty_pages(), dirty, "{what}");
+                assert_eq!(node.reported_pages(), reported, "{what}");
+                managed += node_managed;
+            }
+            accounted += held.iter().map(|&(_, o)| o.frames()).sum::<u64>();
+            assert_eq!(
+                accounted, managed,
+                "{what}: every managed page accounted for once"
+            );
+            let stats: Vec<NumaStat> = (0..m.nodes().len())
+                .map(|i| m.numastat(n(i)).unwrap())
+                .collect();
+            let hit_miss: u64 = stats.iter().map(|s| s.numa_hit + s.numa_miss).sum();
+            let local_other: u64 = stats.iter().map(|s| s.local_node + s.other_node).sum();
+            let miss: u64 = stats.iter().map(|s| s.numa_miss).sum();
+            let foreign: u64 = stats.iter().map(|s| s.numa_foreign).sum();
+            assert_eq!(
+                hit_miss, allocated_pages,
+                "{what}: numastat counts each allocation once (each page of a bulk)"
+            );
+            assert_eq!(local_other, allocated_pages, "{what}");
+            assert_eq!(miss, foreign, "{what}");
+        };
+    let check = |m: &Machine<'_>, held: &[(Pfn, Order)], allocated_pages: u64, what: &str| {
+        check_with(m, held, allocated_pages, what, 0)
+    };
+    check(&m, &held, allocated_pages, "boot");
+    // Mixed zone allocations of several orders on both nodes.
+    for i in 0..400u64 {
+        let order = Order::new(if i % 50 == 7 {
+            9
+        } else {
+            [0u8, 0, 1, 3, 0, 2, 0, 0][(i % 8) as usize]
+        });
+        let node = n((i % 2) as usize);
+        let flags = if i % 5 == 0 {
+            AllocFlags::SHORT_LIVED
+        } else {
+            AllocFlags::empty()
+        };
+        if let Some(p) = m.alloc(node, order, flags) {
+            held.push((p, order));
+            allocated_pages += 1;
+        }
+    }
+    check(&m, &held, allocated_pages, "zone allocations");
+    // Per-CPU allocations.
+    for i in 0..700u64 {
+        let cpu = m.cpu((i % 2) as usize).unwrap();
+        let order = Order::new([0u8, 0, 1, 0, 2][(i % 5) as usize]);
+        if let Some(p) = m.alloc_cpu(cpu, order, AllocFlags::empty()) {
+            held.push((p, order));
+            allocated_pages += 1;
+        }
+    }
+    check(&m, &held, allocated_pages, "per-CPU allocations");
+    // Bulk.
+    let mut out = [Pfn::new(0); 300];
+    let k = m.alloc_bulk(n(1), AllocFlags::empty(), &mut out);
+    held.extend(out[..k].iter().map(|&p| (p, Order::ZERO)));
+    allocated_pages += k as u64;
+    check(&m, &held, allocated_pages, "bulk");
+    // Through a claimed CPU's handle: its events arrive when it drops.
+    for c in 0..2 {
+        let mut h = m.claim_cpu(m.cpu(c).unwrap()).unwrap();
+        let mut mine = Vec::new();
+        for i in 0..200u64 {
+            let order = Order::new([0u8, 0, 1, 0][(i % 4) as usize]);
+            if let Some(p) = h.alloc(order, AllocFlags::empty()) {
+                mine.push((p, order));
+                allocated_pages += 1;
+            }
+        }
+        let mut out = [Pfn::new(0); 64];
+        let k = h.alloc_bulk(AllocFlags::empty(), &mut out);
+        mine.extend(out[..k].iter().map(|&p| (p, Order::ZERO)));
+        allocated_pages += k as u64;
+        for (i, (p, o)) in mine.into_iter().enumerate() {
+            if i % 3 == 0 {
+                h.free(p, o).unwrap();
+            } else {
+                held.push((p, o));
+            }
+        }
+        drop(h);
+        check(&m, &held, allocated_pages, "through a handle");
+    }
+    // Free every third, some through the CPUs, some clean.
+    let mut kept = Vec::new();
+    for (i, (p, o)) in held.drain(..).enumerate() {
+        match i % 6 {
+            0 => m.free(p, o).unwrap(),
+            3 => m.free_cpu(m.cpu(i % 2).unwrap(), p, o).unwrap(),
+            5 => m.free_clean(p, o).unwrap(),
+            _ => kept.push((p, o)),
+        }
+    }
+    held = kept;
+    check(&m, &held, allocated_pages, "frees");
+    // Huge pages.
+    let got = m.reserve_huge(n(0), HugeSize::Size2M, 3) + m.reserve_huge(n(1), HugeSize::Size2M, 4);
+    assert!(got > 0);
+    check(&m, &held, allocated_pages, "reserve_huge");
+    let h = m.alloc_huge(n(1), HugeSize::Size2M).unwrap();
+    // numaframe counts a page taken from a pool as an allocation.
+    allocated_pages += 1;
+    check(&m, &held, allocated_pages, "alloc_huge");
+    m.free_huge(h, HugeSize::Size2M).unwrap();
+    m.release_huge(n(0), HugeSize::Size2M, 1);
+    check(&m, &held, allocated_pages, "release_huge");
+    // Scrub, then report.
+    for i in 0..2 {
+        m.scrub(n(i), 3000);
+    }
+    check(&m, &held, allocated_pages, "scrub");
+    for i in 0..2 {
+        let _ = m
+            .report(n(i), Order::HUGE_2M, 8, |batch| {
+                let away = batch.iter().map(PhysRange::frames).sum();
+                check_with(&m, &held, allocated_pages, "during a report", away);
+                true
+            })
+            .unwrap();
+    }
+    check(&m, &held, allocated_pages, "report");
+    // Allocations out of reported memory.
+    for i in 0..40u64 {
+        let order = Order::new((i % 4) as u8 * 3);
+        if let Some(p) = m.alloc(n((i % 2) as usize), order, AllocFlags::ZERO) {
+            held.push((p, order));
+            allocated_pages += 1;
+        }
+    }
+    check(&m, &held, allocated_pages, "allocations after the report");
+    // Hot-add, use, offline.
+    let added = PhysRange::new(
+        Pfn::new(FOUR_GIB + 128 * MIB),
+        Pfn::new(FOUR_GIB + 160 * MIB),
+    )
+    .unwrap();
+    m.hot_add(&mem, n(1), added, FallbackOptions::default())
+        .unwrap();
+    check(&m, &held, allocated_pages, "hot-add");
+    let mut there = Vec::new();
+    for _ in 0..50 {
+        if let Some(p) = m.alloc(n(1), Order::new(1), AllocFlags::THISNODE) {
+            there.push(p);
+            allocated_pages += 1;
+        }
+    }
+    for p in there {
+        m.free(p, Order::new(1)).unwrap();
+    }
+    m.drain_all();
+    check(&m, &held, allocated_pages, "drain");
+    let mut other = Vec::new();
+    let busy = loop {
+        let p = m.alloc(n(1), Order::ZERO, AllocFlags::THISNODE).unwrap();
+        allocated_pages += 1;
+        if added.contains(p) {
+            break p;
+        }
+        other.push(p);
+    };
+    m.free_bulk(&other).unwrap();
+    held.push((busy, Order::ZERO));
+    {
+        let opts = OfflineOptions {
+            keep_isolated: true,
+            ..OfflineOptions::default()
+        };
+        assert!(m.offline(&mem, added, opts).is_err());
+        check(&m, &held, allocated_pages, "a busy offline kept isolated");
+        held.pop();
+        m.free(busy, Order::ZERO).unwrap();
+        check(&m, &held, allocated_pages, "isolated, freed");
+    }
+    m.offline(&mem, added, OfflineOptions::default()).unwrap();
+    check(&m, &held, allocated_pages, "offline");
+    for (p, o) in held.drain(..) {
+        m.free(p, o).unwrap();
+    }
+    m.drain_all();
+    check(&m, &held, allocated_pages, "all freed");
+}
+
+/// Linux's `offline_pages()` calls `init_per_zone_wmark_min()` after the managed pages went
+/// down, with the high watermarks in force before: the watermarks after an offline are Linux's.
+#[test]
+fn offline_recomputes_min_free_kbytes_as_linux_does() {
+    let spec = Spec::uniform(1, 64 * MIB, 0);
+    let mem = SparseMem::default();
+    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+    let m = Machine::boot(topo, &mem, &spec.ranges, BootOptions::default()).unwrap();
+    let zones = |m: &Machine<'_>| {
+        let node = m.node(n(0)).unwrap();
+        ZoneKind::ALL.map(|k| node.zone(k).counters())
+    };
+    let added = PhysRange::new(Pfn::new(FOUR_GIB), Pfn::new(FOUR_GIB + 256 * MIB)).unwrap();
+    m.hot_add(&mem, n(0), added, FallbackOptions::default())
+        .unwrap();
+    let before = zones(&m);
+    m.offline(&mem, added, OfflineOptions::default()).unwrap();
+    let after = zones(&m);
+    let managed: u64 = after.iter().map(|c| c.managed).sum();
+    let mut pairs = [(0, 0); 2];
+    for (i, (a, b)) in after.iter().zip(before.iter()).enumerate() {
+        pairs[i] = (a.managed, b.marks.high);
+    }
+    let kb = linux_min_free_kbytes(&pairs);
+    for c in after {
+        if c.managed > 0 {
+            assert_eq!(
+                c.marks.min,
+                linux_min(kb, c.managed, managed),
+                "after offline"
+            );
+            let gap = (c.marks.min >> 2).max(c.managed * 10 / 10000);
+            assert_eq!(
+                (c.marks.low, c.marks.high),
+                (c.marks.min + gap, c.marks.min + 2 * gap)
+            );
+        }
+    }
+    // Normal is gone: Dma32's protection is 0 (Linux: `managed_pages / ratio` of no pages).
+    assert_eq!(after[0].marks.protection, 0);
+    assert_eq!(before[0].marks.protection, before[1].managed / 256);
+}
