@@ -173,8 +173,10 @@ pub mod scenario {
     /// Node-API order-0 pair on a 1 GiB node booted zeroed: plain, with `ZERO` from clean
     /// memory, and with `ZERO` on a frame freed dirty (inline clearing).
     pub const ZERO_CLEAN: &str = "node API order-0 pair, ZERO from clean memory";
-    /// LLFree's "repeat": all of 1 GiB allocated in 4 KiB frames, then a free of a random held
-    /// frame followed by an allocation, over and over; ns per free+allocation.
+    /// LLFree's "rand" pattern on full memory: all of 1 GiB allocated in 4 KiB frames, then a
+    /// free of a random held frame followed by an allocation, over and over; ns per
+    /// free+allocation. (LLFree's own `rand` holds half the memory; its `repeat` allocates and
+    /// frees one frame over and over with half the memory held.)
     pub const REPEAT: &str = "repeat 1GiB: random free + alloc, memory full";
     /// LLFree's fragmentation recipe ([`crate::bench::churn`]) over one node of 16 GiB
     /// (1 GiB with `--quick`); `ns_per_op` is per allocation or free. JSON fields:

@@ -106,10 +106,11 @@ pub fn fill_random_free<A: Frames + ?Sized>(
     s
 }
 
-/// LLFree's "repeat": on the first call, allocates order-0 frames until none is left into
-/// `held` (untimed); then `iters` times frees the frame at a random index of `held` and
-/// allocates one into its place. `ops` counts free+allocation pairs (the random index, a few
-/// ns, is inside the timed part).
+/// LLFree's "rand" pattern on full memory (LLFree's own `rand` holds half of it; its `repeat`
+/// allocates and frees one frame over and over): on the first call, allocates order-0 frames
+/// until none is left into `held` (untimed); then `iters` times frees the frame at a random
+/// index of `held` and allocates one into its place. `ops` counts free+allocation pairs (the
+/// random index, a few ns, is inside the timed part).
 pub fn repeat<A: Frames + ?Sized>(
     a: &mut A,
     held: &mut Vec<u64>,

@@ -585,7 +585,8 @@ fn node_exact(v: &mut dyn Visitor) -> io::Result<()> {
     })
 }
 
-/// LLFree's "repeat" on 1 GiB: every allocator full, then random free + alloc.
+/// LLFree's "rand" pattern on 1 GiB, memory full: every allocator full, then random free +
+/// alloc.
 fn repeat_group(v: &mut dyn Visitor) -> io::Result<()> {
     use scenario::REPEAT;
     let n = FRAMES_1G;
