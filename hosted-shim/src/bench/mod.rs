@@ -175,8 +175,10 @@ pub mod scenario {
     pub const ZERO_CLEAN: &str = "node API order-0 pair, ZERO from clean memory";
     /// LLFree's "rand" pattern on full memory: all of 1 GiB allocated in 4 KiB frames, then a
     /// free of a random held frame followed by an allocation, over and over; ns per
-    /// free+allocation. (LLFree's own `rand` holds half the memory; its `repeat` allocates and
-    /// frees one frame over and over with half the memory held.)
+    /// free+allocation. The name is the fast-path issue's ("LLFree's repeat: free then allocate again
+    /// at random positions"); LLFree's own `rand` holds half the memory, and its `repeat`
+    /// allocates and frees one frame over and over with half the memory held, as the hot-pair
+    /// rows do with none held.
     pub const REPEAT: &str = "repeat 1GiB: random free + alloc, memory full";
     /// LLFree's fragmentation recipe ([`crate::bench::churn`]) over one node of 16 GiB
     /// (1 GiB with `--quick`); `ns_per_op` is per allocation or free. JSON fields:
