@@ -257,6 +257,166 @@ fn handles_with_cross_cpu_frees_account_for_every_frame() {
     assert_eq!(free, total, "every frame came back exactly once");
 }
 
+/// Threads claim and drop handles on CPUs they share (a claim that finds the CPU held falls
+/// back to that CPU's locked API, which then goes around the cache), allocate order-0 frames
+/// singly and in bulks, free their own frames and other threads' frames (passed through a
+/// mailbox) through a handle, a CPU's locked API or the node API, and drain every cache, while
+/// an observer reads numastat, `cached_pages` and the invariants. Numastat never goes down, and
+/// afterwards every frame is free exactly once and numastat counts every allocation once.
+#[test]
+fn contended_claims_with_cross_cpu_frees_account_for_every_frame() {
+    let ops = env("STRESS_OPS", 20_000) / 4;
+    let threads = env("STRESS_THREADS", 3).clamp(2, 4);
+    let spec = spec();
+    let sim = Sim::new(&spec).unwrap();
+    // Fewer CPUs than threads, so claims contend.
+    let cpu_nodes = [NodeId::new(0), NodeId::new(1)];
+    let opts = BootOptions {
+        cpus: &cpu_nodes,
+        pcp: PcpConfig { batch: 4, high: 16 },
+        ..BootOptions::default()
+    };
+    let m = sim.boot(opts).unwrap();
+    let total: u64 = m.nodes().iter().map(|n| n.free_pages()).sum();
+    let held = Held::default();
+    let mailbox: Mutex<Vec<Pfn>> = Mutex::new(Vec::new());
+    let allocations = std::sync::atomic::AtomicU64::new(0);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let counted = |m: &numaframe::Machine<'_>| -> u64 {
+        m.nodes()
+            .iter()
+            .map(|n| {
+                let s = m.numastat(n.id()).unwrap();
+                s.numa_hit + s.numa_miss
+            })
+            .sum()
+    };
+
+    std::thread::scope(|s| {
+        let (m, held, mailbox, allocations, done) = (&m, &held, &mailbox, &allocations, &done);
+        let observer = s.spawn(move || {
+            let mut last = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = counted(m);
+                assert!(now >= last, "numastat went down: {last} -> {now}");
+                last = now;
+                assert!(m.cached_pages() <= total);
+                m.check_invariants().unwrap();
+                std::thread::yield_now();
+            }
+        });
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut rng = Rng::new(
+                        0x2545_f491_4f6c_dd1d ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    );
+                    let mut mine: Vec<Pfn> = Vec::new();
+                    let got = |p: Pfn, mine: &mut Vec<Pfn>| {
+                        held.record(p, 0);
+                        mine.push(p);
+                        allocations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    };
+                    let mut left = ops;
+                    while left > 0 {
+                        let cpu = m.cpu(rng.index(cpu_nodes.len())).unwrap();
+                        let mut h = m.claim_cpu(cpu).ok();
+                        for _ in 0..rng.below(64).min(left as u64) {
+                            left -= 1;
+                            match rng.below(12) {
+                                0..=3 => {
+                                    let p = match &mut h {
+                                        Some(h) => h.alloc(Order::ZERO, AllocFlags::empty()),
+                                        None => m.alloc_cpu(cpu, Order::ZERO, AllocFlags::empty()),
+                                    };
+                                    if let Some(p) = p {
+                                        got(p, &mut mine);
+                                    }
+                                }
+                                4 if h.is_some() => {
+                                    let mut out = vec![Pfn::new(0); rng.below(24) as usize];
+                                    let n = h
+                                        .as_mut()
+                                        .unwrap()
+                                        .alloc_bulk(AllocFlags::empty(), &mut out);
+                                    for &p in &out[..n] {
+                                        got(p, &mut mine);
+                                    }
+                                }
+                                5 if !mine.is_empty() => {
+                                    let p = mine.swap_remove(rng.index(mine.len()));
+                                    mailbox.lock().unwrap().push(p);
+                                }
+                                6 => {
+                                    let Some(p) = mailbox.lock().unwrap().pop() else {
+                                        continue;
+                                    };
+                                    held.forget(p);
+                                    match (rng.below(3), &mut h) {
+                                        (0, Some(h)) => h.free(p, Order::ZERO).unwrap(),
+                                        (1, _) => m.free_cpu(cpu, p, Order::ZERO).unwrap(),
+                                        _ => m.free(p, Order::ZERO).unwrap(),
+                                    }
+                                }
+                                7 if rng.below(4) == 0 => m.drain_all(),
+                                8 if mine.len() >= 2 && h.is_some() => {
+                                    let k = 1 + rng.index(mine.len().min(8));
+                                    let bulk: Vec<Pfn> = mine.drain(..k).collect();
+                                    for &p in &bulk {
+                                        held.forget(p);
+                                    }
+                                    h.as_mut().unwrap().free_bulk(&bulk).unwrap();
+                                }
+                                _ if !mine.is_empty() => {
+                                    let p = mine.swap_remove(rng.index(mine.len()));
+                                    held.forget(p);
+                                    match &mut h {
+                                        Some(h) if rng.below(2) == 0 => {
+                                            // SAFETY: `p` is an order-0 frame this thread
+                                            // allocated and took out of `mine`, so nothing
+                                            // else frees it.
+                                            unsafe { h.free_unchecked(p) }.unwrap()
+                                        }
+                                        Some(h) => h.free(p, Order::ZERO).unwrap(),
+                                        None => m.free_cpu(cpu, p, Order::ZERO).unwrap(),
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                        drop(h);
+                    }
+                    for p in mine {
+                        held.forget(p);
+                        m.free(p, Order::ZERO).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        observer.join().unwrap();
+    });
+    for p in mailbox.into_inner().unwrap() {
+        held.forget(p);
+        m.free(p, Order::ZERO).unwrap();
+    }
+    assert!(held.0.lock().unwrap().is_empty());
+    m.check_invariants().unwrap();
+    m.drain_all();
+    m.check_invariants().unwrap();
+    assert_eq!(m.cached_pages(), 0, "drained caches hold nothing");
+    let free: u64 = m.nodes().iter().map(|n| n.free_pages()).sum();
+    assert_eq!(free, total, "every frame came back exactly once");
+    assert_eq!(
+        counted(&m),
+        allocations.into_inner(),
+        "numastat counts every allocation once"
+    );
+}
+
 /// Two threads split 40 GiB frame by frame (the metadata pools grow by pool pageblocks), then
 /// free their frames in random order, while a third gives metadata back with `trim_metadata`
 /// over and over. Afterwards, with a last trim, each zone's metadata is back to at most one pool
