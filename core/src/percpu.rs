@@ -1063,7 +1063,8 @@ impl<'a> Caches<'a> {
             .sum()
     }
 
-    /// Adds the numastat events that unclaimed CPUs counted for `node` in their caches.
+    /// Adds the numastat events that every CPU's cache counted for `node`: a claimed CPU's
+    /// from before its claim (its handle adds those it counts meanwhile when it drops).
     pub(crate) fn events(&self, node: NodeId, into: &mut NumaStat) {
         for pc in self.cpus {
             if let Some(e) = pc.events.get(node.index() / 8) {

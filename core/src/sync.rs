@@ -6,7 +6,7 @@
 //! here on top of these atomics, so loom runs exactly the code that runs in production (and,
 //! the lock being writer-preferring, a lock-order inversion deadlocks under loom instead of
 //! hiding behind readers that pass a waiting writer). Every other module imports from here
-//! (`.clippy.toml` forbids the originals elsewhere).
+//! (`core/.clippy.toml` forbids the originals, `fence` and `spin_loop` elsewhere).
 //!
 //! # Lock order
 //! Locks are taken in this order, and never in reverse:
@@ -23,7 +23,7 @@
 //! No other path holds two zone locks at once: the zonelist walk releases a zone's lock before
 //! it tries the next zone. Metadata tags are read outside
 //! zone locks only through atomics (the state arrays of pageblocks lent to CPUs, see `percpu`).
-#![allow(clippy::disallowed_types)]
+#![allow(clippy::disallowed_types, clippy::disallowed_methods)]
 
 use core::marker::PhantomData;
 
