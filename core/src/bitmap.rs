@@ -342,7 +342,10 @@ mod tests {
     /// A fill of one bit (the inlined path) changes that bit and no other, at every position.
     #[test]
     fn single_bit_fills_change_that_bit_only() {
-        for i in 0..FRAMES {
+        // Under Miri, the positions at and around the words' edges and a few inside them.
+        let positions =
+            (0..FRAMES).filter(|i| !cfg!(miri) || i % 64 < 2 || i % 64 > 61 || i % 64 == 31);
+        for i in positions {
             for (from, on) in [(Plane::FULL, false), (Plane::EMPTY, true)] {
                 let mut p = from;
                 p.fill(i, 1, on);

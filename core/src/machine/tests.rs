@@ -225,6 +225,18 @@ fn boot_protected<'a>(
     Machine::boot(topo, mem, &spec.ranges, opts).unwrap()
 }
 
+/// Allocates with `flags` on `node` until nothing is left, largest blocks first (a few dozen
+/// allocations empty a node, which keeps Miri quick); returns the blocks.
+fn empty_node(m: &Machine<'_>, node: NodeId, flags: AllocFlags) -> Vec<(Pfn, Order)> {
+    let mut blocks = Vec::new();
+    for k in (0..=10).rev() {
+        while let Some(p) = m.alloc(node, Order::new(k), flags) {
+            blocks.push((p, Order::new(k)));
+        }
+    }
+    blocks
+}
+
 /// Allocates with `flags` on node 0 until nothing is left; returns the frames.
 fn exhaust(m: &Machine<'_>, flags: AllocFlags) -> Vec<Pfn> {
     let mut got = Vec::new();
@@ -658,14 +670,8 @@ fn reserve_under_bind_leaves_the_mask_as_linux_does() {
     let spec = Spec::uniform(2, 4096, 0);
     let mem = SparseMem::default();
     let m = spec.boot(&mem);
+    let blocks = empty_node(&m, n(1), AllocFlags::THISNODE | AllocFlags::RESERVE);
     let mut held = Vec::new();
-    while let Some(p) = m.alloc(
-        n(1),
-        Order::ZERO,
-        AllocFlags::THISNODE | AllocFlags::RESERVE,
-    ) {
-        held.push(p);
-    }
     assert_eq!(m.node(n(1)).unwrap().free_pages(), 0);
     assert!(m.node(n(0)).unwrap().free_pages() > 0);
     let mut bind1 = crate::policy::TaskPolicy::new(
@@ -697,6 +703,9 @@ fn reserve_under_bind_leaves_the_mask_as_linux_does() {
     assert!(out.iter().all(|q| m.node_of(*q) == Some(n(0))));
     held.extend_from_slice(&out);
     m.free_bulk(&held).unwrap();
+    for (p, order) in blocks {
+        m.free(p, order).unwrap();
+    }
     m.check_invariants().unwrap();
 }
 
@@ -893,18 +902,8 @@ fn numastat_reserve_pass_under_bind_counts_against_the_whole_zonelist() {
     let spec = Spec::uniform(2, 4096, 0);
     let mem = SparseMem::default();
     let m = boot_protected(&spec, &mem, 4 * 400, 0);
-    // Largest blocks first, so that emptying a node takes a few dozen allocations (Miri).
-    let mut blocks = Vec::new();
-    for (node, flags) in [
-        (n(0), AllocFlags::THISNODE | AllocFlags::RESERVE),
-        (n(1), AllocFlags::THISNODE),
-    ] {
-        for k in (0..=10).rev() {
-            while let Some(p) = m.alloc(node, Order::new(k), flags) {
-                blocks.push((p, Order::new(k)));
-            }
-        }
-    }
+    let mut blocks = empty_node(&m, n(0), AllocFlags::THISNODE | AllocFlags::RESERVE);
+    blocks.extend(empty_node(&m, n(1), AllocFlags::THISNODE));
     let mut held = Vec::new();
     assert_eq!(m.node(n(0)).unwrap().free_pages(), 0);
     assert!(m.node(n(1)).unwrap().free_pages() >= 4);
