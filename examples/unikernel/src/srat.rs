@@ -4,7 +4,8 @@
 //! - **Node numbers** are not proximity domains: the first proximity domain Linux meets gets
 //!   node 0, the next new one node 1, and so on (`acpi_map_pxm_to_node`). It reads the SRAT
 //!   twice: first every processor-affinity entry (xAPIC and x2APIC, in table order), then every
-//!   memory-affinity entry. Disabled entries are skipped before their domain is numbered. An
+//!   memory-affinity entry. Generic initiator entries are numbered in the first pass, with
+//!   the processors. Disabled entries are skipped before their domain is numbered. An
 //!   SRAT of revision 1 or older names a domain with its low 8 bits only.
 //! - **Distances** come from the SLIT, indexed by proximity domain: `dist(a, b)` is the entry
 //!   of `(pxm(a), pxm(b))` when both lie inside the table, else 10 on the diagonal and 20
@@ -40,6 +41,13 @@ pub enum Entry {
         /// An x2APIC entry.
         x2apic: bool,
         /// The proximity domain as the entry holds it (all 32 bits).
+        pxm: u32,
+        /// The entry's enabled flag.
+        enabled: bool,
+    },
+    /// A generic initiator (a device that starts memory accesses, such as an accelerator).
+    Initiator {
+        /// The proximity domain (all 32 bits).
         pxm: u32,
         /// The entry's enabled flag.
         enabled: bool,
@@ -97,6 +105,12 @@ pub fn entries(table: &[u8]) -> impl Iterator<Item = Entry> + '_ {
                         enabled: flags & 1 != 0,
                         hotplug: flags & 2 != 0,
                         nonvolatile: flags & 4 != 0,
+                    });
+                }
+                (5, 32..) => {
+                    return Some(Entry::Initiator {
+                        pxm: le32(e, 4),
+                        enabled: le32(e, 24) & 1 != 0,
                     });
                 }
                 (2, 24..) => {
@@ -183,6 +197,11 @@ impl Layout {
         };
         let narrow = |pxm: u32| if revision <= 1 { pxm & 0xff } else { pxm };
         for e in entries() {
+            // A generic initiator's domain is numbered in this pass too, in table order
+            // (`acpi_parse_gi_affinity`), with all 32 bits at every revision.
+            if let Entry::Initiator { pxm, enabled: true } = e {
+                l.map(pxm)?;
+            }
             if let Entry::Cpu {
                 apic,
                 x2apic,
@@ -502,6 +521,50 @@ mod tests {
             "a subtable past the end is not read"
         );
         assert_eq!(entries(&t[..10]).count(), 0);
+    }
+
+    /// Linux's first SRAT pass (`acpi_numa_init`) takes the generic initiator affinity
+    /// entries (type 5) together with the processor entries, in table order: an enabled one
+    /// numbers its domain (`acpi_parse_gi_affinity` maps the PXM and sets it in
+    /// `numa_nodes_parsed`; x86's `init_gi_nodes` brings the node online), so that domain comes
+    /// before every memory-only domain. A disabled one names nothing.
+    #[test]
+    fn generic_initiator_domains_are_numbered_with_the_processors() {
+        let mut t = vec![0u8; SRAT_HEADER];
+        // Local APIC affinity: APIC 0 in PXM 0, enabled.
+        t.extend([0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // Memory affinity: PXM 1, 256 MiB from 0, enabled.
+        t.extend([1, 40, 1, 0, 0, 0, 0, 0]);
+        t.extend(0u64.to_le_bytes());
+        t.extend((256u64 << 20).to_le_bytes());
+        t.extend([0, 0, 0, 0, 1, 0, 0, 0]);
+        t.extend([0; 8]);
+        // Generic initiator affinity: PCI handle type, PXM `pxm`, a 16-byte device handle,
+        // flags, 4 reserved bytes.
+        let gi = |pxm: u32, flags: u32| {
+            let mut e = vec![5u8, 32, 0, 1];
+            e.extend(pxm.to_le_bytes());
+            e.extend([0; 16]);
+            e.extend(flags.to_le_bytes());
+            e.extend([0; 4]);
+            e
+        };
+        t.extend(gi(2, 1));
+        t.extend(gi(3, 0));
+        let mut log = String::new();
+        let l = Layout::from_srat(3, || entries(&t), &mut log).unwrap();
+        // Pass 1: PXM 0 (processor) -> node 0, PXM 2 (initiator) -> node 1; pass 2: PXM 1
+        // (memory) -> node 2. PXM 3 is disabled.
+        assert_eq!(l.nodes(), 3, "{log}");
+        assert_eq!(
+            [0, 1, 2].map(|n| l.pxm(NodeId::new(n)).unwrap()),
+            [0, 2, 1],
+            "{log}"
+        );
+        assert!(
+            log.contains("ACPI: SRAT: Node 2 PXM 1 [mem 0x00000000-0x0fffffff]\n"),
+            "{log}"
+        );
     }
 
     #[test]
