@@ -1085,6 +1085,28 @@ fn linux_min(min_free_kbytes: u64, zone_managed: u64, lowmem_pages: u64) -> u64 
     pages_min * zone_managed / lowmem_pages
 }
 
+/// The watermarks `after` a hot-add or an offline are Linux's: `init_per_zone_wmark_min()`
+/// with the high watermarks in force `before`, then `__setup_per_zone_wmarks()` (min, and low
+/// and high a gap above it at the default `watermark_scale_factor` of 10).
+fn assert_linux_marks(before: &[crate::ZoneCounters], after: &[crate::ZoneCounters], when: &str) {
+    let managed: u64 = after.iter().map(|c| c.managed).sum();
+    let pairs: Vec<(u64, u64)> = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| (a.managed, b.marks.high))
+        .collect();
+    let kb = linux_min_free_kbytes(&pairs);
+    for c in after.iter().filter(|c| c.managed > 0) {
+        assert_eq!(c.marks.min, linux_min(kb, c.managed, managed), "{when}");
+        let gap = (c.marks.min >> 2).max(c.managed * 10 / 10000);
+        assert_eq!(
+            (c.marks.low, c.marks.high),
+            (c.marks.min + gap, c.marks.min + 2 * gap),
+            "{when}"
+        );
+    }
+}
+
 #[test]
 fn hot_add_recomputes_min_free_kbytes_as_linux_does() {
     // One node, 64 MiB, default min_free_kbytes.
@@ -1109,21 +1131,7 @@ fn hot_add_recomputes_min_free_kbytes_as_linux_does() {
     m.hot_add(&mem, n(0), added, FallbackOptions::default())
         .unwrap();
     let after = zones(&m);
-    let managed: u64 = after.iter().map(|c| c.managed).sum();
-    let mut pairs = [(0, 0); 2];
-    for (i, (a, b)) in after.iter().zip(before.iter()).enumerate() {
-        pairs[i] = (a.managed, b.marks.high);
-    }
-    let kb = linux_min_free_kbytes(&pairs);
-    for c in after {
-        if c.managed > 0 {
-            assert_eq!(
-                c.marks.min,
-                linux_min(kb, c.managed, managed),
-                "after hot-add"
-            );
-        }
-    }
+    assert_linux_marks(&before, &after, "after hot-add");
 }
 
 /// `HINT_BUDGET`: "How many allocations a hint may skip for before a full walk revalidates
@@ -1459,26 +1467,7 @@ fn offline_recomputes_min_free_kbytes_as_linux_does() {
     let before = zones(&m);
     m.offline(&mem, added, OfflineOptions::default()).unwrap();
     let after = zones(&m);
-    let managed: u64 = after.iter().map(|c| c.managed).sum();
-    let mut pairs = [(0, 0); 2];
-    for (i, (a, b)) in after.iter().zip(before.iter()).enumerate() {
-        pairs[i] = (a.managed, b.marks.high);
-    }
-    let kb = linux_min_free_kbytes(&pairs);
-    for c in after {
-        if c.managed > 0 {
-            assert_eq!(
-                c.marks.min,
-                linux_min(kb, c.managed, managed),
-                "after offline"
-            );
-            let gap = (c.marks.min >> 2).max(c.managed * 10 / 10000);
-            assert_eq!(
-                (c.marks.low, c.marks.high),
-                (c.marks.min + gap, c.marks.min + 2 * gap)
-            );
-        }
-    }
+    assert_linux_marks(&before, &after, "after offline");
     // Normal is gone: Dma32's protection is 0 (Linux: `managed_pages / ratio` of no pages).
     assert_eq!(after[0].marks.protection, 0);
     assert_eq!(before[0].marks.protection, before[1].managed / 256);
