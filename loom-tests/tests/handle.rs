@@ -21,6 +21,11 @@ use numaframe_loom::{Steps, Tiny, assert_all_free, model, model_up_to, race, spa
 
 const N0: NodeId = NodeId::new(0);
 
+/// One node of 64 frames with CPUs 0 and 1 on it, its boot memory kept for the model.
+fn two_cpus() -> Arc<numaframe::Machine<'static>> {
+    Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()))
+}
+
 /// Two threads claim CPU 0 at once and, if they get it, allocate and free through it: at most
 /// one handle lives at any time, a failed claim is `Claimed`, at least one claim wins, and once
 /// both are done the CPU can be claimed again. Every interleaving at three preemptions: 133
@@ -142,8 +147,7 @@ fn drain_request_is_honoured_at_the_next_operation() {
 #[test]
 fn remote_free_races_owner_free_of_one_frame() {
     model(|| {
-        let m =
-            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let m = two_cpus();
         let c0 = m.cpu(0).expect("cpu 0");
         let p = m
             .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
@@ -180,8 +184,7 @@ fn remote_free_races_owner_free_of_one_frame() {
 #[test]
 fn unchecked_free_beside_a_remote_free() {
     model_up_to(2, || {
-        let m =
-            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let m = two_cpus();
         let c0 = m.cpu(0).expect("cpu 0");
         let all = m.node(N0).expect("node 0").free_pages();
         let held: Vec<Pfn> = (0..all)
@@ -229,8 +232,7 @@ fn unchecked_free_beside_a_remote_free() {
 #[test]
 fn bulk_free_races_remote_free_of_one_frame() {
     model(|| {
-        let m =
-            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let m = two_cpus();
         let c0 = m.cpu(0).expect("cpu 0");
         let take = || {
             m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
@@ -278,8 +280,7 @@ fn bulk_free_races_remote_free_of_one_frame() {
 #[test]
 fn alloc_bulk_beside_a_remote_free() {
     model_up_to(2, || {
-        let m =
-            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let m = two_cpus();
         let c0 = m.cpu(0).expect("cpu 0");
         let all = m.node(N0).expect("node 0").free_pages();
         let held: Vec<Pfn> = (0..all)
@@ -382,8 +383,7 @@ fn a_new_tuning_reaches_a_claim_it_races() {
 #[test]
 fn handle_drop_races_a_remote_free_and_a_drain() {
     model_up_to(1, || {
-        let m =
-            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let m = two_cpus();
         let c0 = m.cpu(0).expect("cpu 0");
         let [p, q] = [0; 2].map(|_| {
             m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
@@ -424,8 +424,7 @@ fn handle_drop_races_a_remote_free_and_a_drain() {
 #[test]
 fn an_honoured_drain_races_a_remote_free() {
     model_up_to(2, || {
-        let m =
-            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let m = two_cpus();
         let c0 = m.cpu(0).expect("cpu 0");
         let [p, q] = [0; 2].map(|_| {
             m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
@@ -463,8 +462,7 @@ fn an_honoured_drain_races_a_remote_free() {
 #[test]
 fn a_claim_races_the_locked_api_of_its_cpu() {
     model_up_to(2, || {
-        let m =
-            Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0, N0], PcpConfig::default()));
+        let m = two_cpus();
         let c0 = m.cpu(0).expect("cpu 0");
         let (mine, theirs) = race(
             {

@@ -65,21 +65,17 @@ impl FreeArea {
                 for pb in span.section_pbs(s) {
                     let pfn = span.pb_base(pb);
                     let whole = |kind| PageblockInfo { pfn, kind, free: 0 };
+                    let free = PageblockInfo {
+                        pfn,
+                        kind: PageblockKind::Free,
+                        free: FRAMES as u16,
+                    };
                     let info = match sec.map(|x| x.state) {
-                        Some(SectionState::Free) => PageblockInfo {
-                            pfn,
-                            kind: PageblockKind::Free,
-                            free: FRAMES as u16,
-                        },
+                        // Free, or free and held by a scrub for a moment.
+                        Some(SectionState::Free | SectionState::Allocated(Use::Scrub)) => free,
                         Some(SectionState::Allocated(Use::Normal)) => {
                             whole(PageblockKind::Allocated)
                         }
-                        // Free, held by a scrub for a moment.
-                        Some(SectionState::Allocated(Use::Scrub)) => PageblockInfo {
-                            pfn,
-                            kind: PageblockKind::Free,
-                            free: FRAMES as u16,
-                        },
                         Some(SectionState::Allocated(_)) => whole(PageblockKind::Pool),
                         _ => {
                             let r = PbRef {
@@ -90,20 +86,12 @@ impl FreeArea {
                                 continue;
                             };
                             match h.state {
-                                PbState::Free { .. } | PbState::FreeTail => PageblockInfo {
-                                    pfn,
-                                    kind: PageblockKind::Free,
-                                    free: FRAMES as u16,
-                                },
+                                PbState::Free { .. } | PbState::FreeTail => free,
                                 // Free, held by a scrub for a moment.
                                 PbState::Allocated { .. } | PbState::AllocatedTail
                                     if self.scrub_holds_block_of(r) =>
                                 {
-                                    PageblockInfo {
-                                        pfn,
-                                        kind: PageblockKind::Free,
-                                        free: FRAMES as u16,
-                                    }
+                                    free
                                 }
                                 PbState::Split if self.spare[h.class.index()] == Some(r) => {
                                     PageblockInfo {
@@ -116,7 +104,7 @@ impl FreeArea {
                                 PbState::Split => PageblockInfo {
                                     pfn,
                                     kind: PageblockKind::Split(h.class),
-                                    free: h.free + self.scrub_frames_of(r),
+                                    free: h.free + self.scrub_taken(r).count() as u16,
                                 },
                                 PbState::Hot => whole(PageblockKind::Cached(h.class)),
                                 // The metadata pool's: long-lived, and none of its frames

@@ -84,28 +84,21 @@ impl FreeArea {
                 && (h.index..h.index + (1 << (order - PB_SHIFT as u8))).contains(&r.index))
     }
 
-    /// How many free frames of split pageblock `r` a scrub holds.
-    pub(super) fn scrub_frames_of(&self, r: PbRef) -> u16 {
+    /// The free frames of split pageblock `r` a scrub holds (none if it holds no frames there).
+    pub(super) fn scrub_taken(&self, r: PbRef) -> Plane {
         match self.scrub {
             Some(Scrubbing {
                 held: Held::Frames { r: h, taken },
                 ..
-            }) if h == r => taken.count() as u16,
-            _ => 0,
+            }) if h == r => taken,
+            _ => Plane::EMPTY,
         }
     }
 
     /// `alloc`, the allocation plane of split pageblock `r`, without the free frames a scrub
     /// holds there: the frames the reports count as free.
     pub(super) fn without_scrub_held(&self, r: PbRef, mut alloc: Plane) -> Plane {
-        if let Some(Scrubbing {
-            held: Held::Frames { r: h, taken },
-            ..
-        }) = self.scrub
-            && h == r
-        {
-            alloc.clear_from(&taken);
-        }
+        alloc.clear_from(&self.scrub_taken(r));
         alloc
     }
 

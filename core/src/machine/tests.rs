@@ -1107,17 +1107,24 @@ fn assert_linux_marks(before: &[crate::ZoneCounters], after: &[crate::ZoneCounte
     }
 }
 
+/// Boots `spec` with the default options (Linux's `min_free_kbytes` and watermarks).
+fn boot_default<'a>(spec: &'a Spec, mem: &'a SparseMem) -> Machine<'a> {
+    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
+    Machine::boot(topo, mem, &spec.ranges, BootOptions::default()).unwrap()
+}
+
+/// Node 0's zone counters, `Dma32` first.
+fn zones(m: &Machine<'_>) -> [crate::ZoneCounters; 2] {
+    let node = m.node(n(0)).unwrap();
+    ZoneKind::ALL.map(|k| node.zone(k).counters())
+}
+
 #[test]
 fn hot_add_recomputes_min_free_kbytes_as_linux_does() {
     // One node, 64 MiB, default min_free_kbytes.
     let spec = Spec::uniform(1, 64 * MIB, 0);
     let mem = SparseMem::default();
-    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
-    let m = Machine::boot(topo, &mem, &spec.ranges, BootOptions::default()).unwrap();
-    let zones = |m: &Machine<'_>| {
-        let node = m.node(n(0)).unwrap();
-        ZoneKind::ALL.map(|k| node.zone(k).counters())
-    };
+    let m = boot_default(&spec, &mem);
     // Boot: no watermarks yet, so Linux's lowmem_kbytes is every managed page.
     let before = zones(&m);
     let managed: u64 = before.iter().map(|c| c.managed).sum();
@@ -1455,12 +1462,7 @@ fn every_reported_counter_agrees_with_a_recount_after_a_mixed_workload() {
 fn offline_recomputes_min_free_kbytes_as_linux_does() {
     let spec = Spec::uniform(1, 64 * MIB, 0);
     let mem = SparseMem::default();
-    let topo = Topology::new(&spec.distances, &spec.infos).unwrap();
-    let m = Machine::boot(topo, &mem, &spec.ranges, BootOptions::default()).unwrap();
-    let zones = |m: &Machine<'_>| {
-        let node = m.node(n(0)).unwrap();
-        ZoneKind::ALL.map(|k| node.zone(k).counters())
-    };
+    let m = boot_default(&spec, &mem);
     let added = PhysRange::new(Pfn::new(FOUR_GIB), Pfn::new(FOUR_GIB + 256 * MIB)).unwrap();
     m.hot_add(&mem, n(0), added, FallbackOptions::default())
         .unwrap();
