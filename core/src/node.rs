@@ -437,7 +437,7 @@ impl Zone {
             let start = Pfn::new(work.base.get() + ((b as u64) << work.shift));
             if let Some(range) = PhysRange::new(start, Pfn::new(start.get() + unit)) {
                 check(range);
-                clearer.clear(range);
+                clearer.clear_cold(range);
             }
             done.put(b, true);
             cleared += unit;

@@ -50,9 +50,10 @@ pub unsafe trait PhysMemory: Sync {
 
 /// How the platform clears frames: the only way frame contents change on the core's behalf.
 ///
-/// The core calls [`clear`](FrameClearer::clear) only on frames that belong to nobody at that
-/// moment: frames it is about to return from an allocation, or free frames it took off its
-/// lists to scrub. It holds no lock while it does, so any CPU may call it, hence `Sync`. The
+/// The core calls [`clear`](FrameClearer::clear) and [`clear_cold`](FrameClearer::clear_cold)
+/// only on frames that belong to nobody at that moment: frames it is about to return from an
+/// allocation, or free frames it took off its lists to scrub. It holds no lock while it does,
+/// so any CPU may call it, hence `Sync`. The
 /// methods of the `poison` debug mode ([`first_other`](FrameClearer::first_other),
 /// [`fill`](FrameClearer::fill)) have defaults that do nothing; the mode's fill runs under the
 /// lock of the freed frames' zone (or their CPU's cache), so it must not call into the machine.
@@ -62,6 +63,17 @@ pub trait FrameClearer: Sync {
     /// device): where the architecture needs it, the implementation cleans the lines to the
     /// point of coherency before it returns.
     fn clear(&self, range: PhysRange);
+
+    /// [`clear`](FrameClearer::clear) for frames nobody is about to use: the background scrub
+    /// ([`Machine::scrub`](crate::Machine::scrub)) clears through it, a pageblock at a time,
+    /// while a zeroed allocation clears through `clear`. The same promise as `clear`; only the
+    /// way may differ: stores that bypass the caches (Xen's `clear_page_cold` against its
+    /// `clear_page_hot`) clear memory nobody reads soon without evicting what the CPU is
+    /// working on, and, in pieces of 2 MiB, faster than cached stores, which first read each
+    /// line they write. The default is `clear`.
+    fn clear_cold(&self, range: PhysRange) {
+        self.clear(range);
+    }
 
     /// The first frame of `range` holding a byte other than `byte`, or `None` if every byte
     /// reads as `byte`. The default cannot read frames and finds none.

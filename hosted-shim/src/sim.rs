@@ -122,6 +122,24 @@ impl SimMemory {
         }
     }
 
+    /// [`SimMemory::fill`] with zeros through stores that bypass the caches, for frames nobody
+    /// reads soon (see [`FrameClearer::clear_cold`]).
+    ///
+    /// # Safety
+    /// As for [`SimMemory::fill`].
+    unsafe fn zero_cold(&self, range: PhysRange) {
+        let start = range.start().addr().get();
+        if let Some(a) = self
+            .arenas
+            .iter()
+            .find(|a| a.contains(start, range.bytes()))
+        {
+            // SAFETY: inside the arena's mapping (`contains`), page aligned, and the caller's
+            // frames.
+            unsafe { stream_zeros(a.ptr.add((start - a.base) as usize), range.bytes() as usize) };
+        }
+    }
+
     /// The first 8 bytes of frame `pfn`, for its owner to check.
     pub fn first_word(&self, pfn: Pfn) -> Option<u64> {
         let p = self.frame_ptr(pfn)?;
@@ -241,6 +259,13 @@ impl FrameClearer for SimMemory {
         unsafe { SimMemory::fill(self, range, 0) };
     }
 
+    /// Non-temporal stores (`movntdq`), then a store fence, so that the zeros are in memory,
+    /// ordered before the scrub hands the frames back, and no stale line of them stays cached.
+    fn clear_cold(&self, range: PhysRange) {
+        // SAFETY: as for `clear`: the scrub clears only free frames it holds off its lists.
+        unsafe { self.zero_cold(range) };
+    }
+
     fn fill(&self, range: PhysRange, byte: u8) {
         // SAFETY: the allocator fills only frames freed dirty that nobody owns while it does
         // (the free checked them handed out, and no one can take them before it is done).
@@ -268,6 +293,36 @@ impl FrameClearer for SimMemory {
             written.then(|| Pfn::new(range.start().get() + f))
         })
     }
+}
+
+/// Writes zeros over the `len` bytes from `p` with non-temporal stores and fences them.
+///
+/// # Safety
+/// `p` is 16-byte aligned, `len` a multiple of 16, and the bytes are the caller's to write
+/// (every `x86_64` CPU has SSE2).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+unsafe fn stream_zeros(p: NonNull<u8>, len: usize) {
+    use std::arch::x86_64::{__m128i, _mm_setzero_si128, _mm_sfence, _mm_stream_si128};
+    let zero = _mm_setzero_si128();
+    let lanes = p.as_ptr().cast::<__m128i>();
+    for i in 0..len / 16 {
+        // SAFETY: lane `i` lies in the caller's bytes, 16-byte aligned since `p` is.
+        unsafe { _mm_stream_si128(lanes.add(i), zero) };
+    }
+    // Non-temporal stores are weakly ordered: the fence orders them before the scrub's release
+    // of the frames to the zone.
+    _mm_sfence();
+}
+
+/// Elsewhere, plain stores.
+///
+/// # Safety
+/// The bytes are the caller's to write.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn stream_zeros(p: NonNull<u8>, len: usize) {
+    // SAFETY: the caller's bytes.
+    unsafe { p.as_ptr().write_bytes(0, len) };
 }
 
 /// A simulated machine: the memory and the memory ranges of a [`MachineSpec`].

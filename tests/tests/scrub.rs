@@ -36,26 +36,50 @@ fn spec() -> MachineSpec {
     .unwrap()
 }
 
-/// Clears through the simulated memory and records every range it cleared.
+/// Clears through the simulated memory and records every range it cleared, and whether it
+/// cleared it cold (`FrameClearer::clear_cold`, the streaming stores of `SimMemory`).
 struct Recorder<'m> {
     mem: &'m SimMemory,
-    cleared: Mutex<Vec<PhysRange>>,
+    cleared: Mutex<Vec<(PhysRange, bool)>>,
 }
 
 impl FrameClearer for Recorder<'_> {
     fn clear(&self, range: PhysRange) {
         self.mem.clear(range);
-        self.cleared.lock().unwrap().push(range);
+        self.cleared.lock().unwrap().push((range, false));
+    }
+
+    fn clear_cold(&self, range: PhysRange) {
+        self.mem.clear_cold(range);
+        self.cleared.lock().unwrap().push((range, true));
     }
 }
 
-impl Recorder<'_> {
+impl<'m> Recorder<'m> {
+    fn new(mem: &'m SimMemory) -> Self {
+        Recorder {
+            mem,
+            cleared: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The frames cleared, hot and cold.
     fn frames(&self) -> u64 {
+        self.frames_where(|_| true)
+    }
+
+    /// The frames cleared cold.
+    fn cold_frames(&self) -> u64 {
+        self.frames_where(|cold| cold)
+    }
+
+    fn frames_where(&self, keep: impl Fn(bool) -> bool) -> u64 {
         self.cleared
             .lock()
             .unwrap()
             .iter()
-            .map(|r| r.frames())
+            .filter(|(_, cold)| keep(*cold))
+            .map(|(r, _)| r.frames())
             .sum()
     }
 }
@@ -152,10 +176,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     let spec = spec();
     let sim = Sim::new(&spec).unwrap();
-    let rec = Recorder {
-        mem: sim.memory(),
-        cleared: Mutex::new(Vec::new()),
-    };
+    let rec = Recorder::new(sim.memory());
     let m = boot(&sim, &rec, false);
     let mem = sim.memory();
     // The simulated memory starts out zero: give the memory allocations will come from a
@@ -276,7 +297,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             .lock()
             .unwrap()
             .iter()
-            .all(|r| r.end().get() <= total)
+            .all(|(r, _)| r.end().get() <= total)
     );
     Ok(())
 }
@@ -293,10 +314,7 @@ proptest! {
 fn boot_memory_is_dirty_and_scrub_cleans_all_of_it() {
     let spec = spec();
     let sim = Sim::new(&spec).unwrap();
-    let rec = Recorder {
-        mem: sim.memory(),
-        cleared: Mutex::new(Vec::new()),
-    };
+    let rec = Recorder::new(sim.memory());
     let m = boot(&sim, &rec, false);
     for node in m.nodes() {
         assert_eq!(
@@ -318,8 +336,9 @@ fn boot_memory_is_dirty_and_scrub_cleans_all_of_it() {
         }
         assert!(calls > 1, "the budget bounds each call");
     }
-    // Every dirty frame was cleared once, and nothing else.
+    // Every dirty frame was cleared once, and nothing else, cold: nobody is about to use it.
     assert_eq!(rec.frames(), dirty);
+    assert_eq!(rec.cold_frames(), dirty);
     // All clean now: a zeroed allocation clears nothing.
     let p = m
         .alloc(NodeId::new(0), Order::new(9), AllocFlags::ZERO)
@@ -335,13 +354,57 @@ fn boot_memory_is_dirty_and_scrub_cleans_all_of_it() {
 }
 
 #[test]
+fn zeroed_allocations_clear_hot_and_the_scrub_clears_cold() {
+    let spec = spec();
+    let sim = Sim::new(&spec).unwrap();
+    let rec = Recorder::new(sim.memory());
+    let m = boot(&sim, &rec, false);
+    let n0 = NodeId::new(0);
+    // Boot memory is dirty: a zeroed allocation clears its block where its owner uses it next.
+    let p = m.alloc(n0, Order::new(9), AllocFlags::ZERO).unwrap();
+    let q = m.alloc(n0, Order::ZERO, AllocFlags::ZERO).unwrap();
+    assert_eq!((rec.frames(), rec.cold_frames()), (513, 0));
+    fill(sim.memory(), p, 512, 0xa5);
+    m.free(p, Order::new(9)).unwrap();
+    m.free(q, Order::ZERO).unwrap();
+    // The scrub clears what nobody is about to use, cold.
+    let dirty = m.node(n0).unwrap().dirty_pages();
+    while m.scrub(n0, 1 << 16) > 0 {}
+    assert_eq!(rec.cold_frames(), dirty);
+    assert_eq!(rec.frames(), 513 + dirty);
+    m.check_invariants().unwrap();
+}
+
+/// `SimMemory`'s cold clearing (streaming stores) zeroes every byte of its range and nothing
+/// around it, for ranges of a frame, of a pageblock and of neither.
+#[test]
+fn cold_clearing_zeroes_exactly_its_range() {
+    let mem = SimMemory::new(&[(0, 8 * MIB)]).unwrap();
+    let frames = 8 * MIB / PAGE_SIZE;
+    let range = |a: u64, b: u64| PhysRange::new(Pfn::new(a), Pfn::new(b)).unwrap();
+    for (a, b) in [(0, 1), (1, 514), (512, 1024), (1500, frames)] {
+        // SAFETY: the test owns the whole memory; no machine uses it.
+        unsafe { mem.fill(range(0, frames), 0xa5) };
+        mem.clear_cold(range(a, b));
+        assert_eq!(mem.first_other(range(a, b), 0), None, "{a}..{b} reads zero");
+        if a > 0 {
+            assert_eq!(mem.first_other(range(0, a), 0xa5), None, "below {a}..{b}");
+        }
+        if b < frames {
+            assert_eq!(
+                mem.first_other(range(b, frames), 0xa5),
+                None,
+                "above {a}..{b}"
+            );
+        }
+    }
+}
+
+#[test]
 fn zeroed_boot_memory_is_clean_and_only_dirty_frames_are_cleared() {
     let spec = spec();
     let sim = Sim::new(&spec).unwrap();
-    let rec = Recorder {
-        mem: sim.memory(),
-        cleared: Mutex::new(Vec::new()),
-    };
+    let rec = Recorder::new(sim.memory());
     let m = boot(&sim, &rec, true);
     let n0 = NodeId::new(0);
     assert_eq!(m.node(n0).unwrap().dirty_pages(), 0);
@@ -397,10 +460,7 @@ fn zero_without_a_clearer_fails_and_changes_nothing() {
 fn allocations_take_back_what_a_running_scrub_holds() {
     let spec = spec();
     let sim = Sim::new(&spec).unwrap();
-    let rec = Recorder {
-        mem: sim.memory(),
-        cleared: Mutex::new(Vec::new()),
-    };
+    let rec = Recorder::new(sim.memory());
     let m = boot(&sim, &rec, false);
     let n1 = NodeId::new(1);
     let stop = std::sync::atomic::AtomicBool::new(false);
