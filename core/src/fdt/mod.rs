@@ -5,7 +5,8 @@
 //!
 //! - memory nodes (`device_type = "memory"`, children of the root) with `reg` and
 //!   `numa-node-id`;
-//! - CPU nodes (`device_type = "cpu"`, children of `/cpus`) with `numa-node-id`;
+//! - CPU nodes (children of `/cpus` named `cpu` or with `device_type = "cpu"`, a `"disabled"`
+//!   one included, a `"fail"` one not, as Linux's `for_each_of_cpu_node`) with `numa-node-id`;
 //! - the distance map (a child of the root with `compatible = "numa-distance-map-v1"`), whose
 //!   `distance-matrix` holds `(from, to, distance)` triples;
 //! - `/chosen/bootargs`.

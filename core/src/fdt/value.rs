@@ -148,6 +148,15 @@ pub(super) fn available(status: Option<&[u8]>) -> bool {
     status.is_none() || is(status, "okay") || is(status, "ok")
 }
 
+/// `true` if a CPU's `status` says it is unusable: `"fail"` or `"fail-…"` (Linux's
+/// `__of_device_is_fail`).
+pub(super) fn failed(status: Option<&[u8]>) -> bool {
+    status.is_some_and(|v| {
+        let s = v.split(|b| *b == 0).next().unwrap_or_default();
+        s == b"fail" || s.starts_with(b"fail-")
+    })
+}
+
 /// `true` if a `compatible` string list names `s`.
 pub(super) fn compatible_with(compatible: Option<&[u8]>, s: &str) -> bool {
     compatible.is_some_and(|v| v.split(|b| *b == 0).any(|c| c == s.as_bytes()))

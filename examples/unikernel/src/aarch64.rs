@@ -366,8 +366,9 @@ fn device_tree(x0: usize) -> Option<&'static [u8]> {
 }
 
 /// Writes the `reg` of every CPU node into `out`, in the order `numaframe::fdt::parse` lists
-/// CPUs (children of `/cpus` with `device_type = "cpu"` that are not disabled); returns how
-/// many. The core's parser gives each CPU's node but not its `reg`, which PSCI `CPU_ON` needs.
+/// CPUs (children of `/cpus` named `cpu` or with `device_type = "cpu"`, less those whose
+/// `status` is `"fail"` or `"fail-…"`, as Linux's `for_each_of_cpu_node`); returns how many.
+/// The core's parser gives each CPU's node but not its `reg`, which PSCI `CPU_ON` needs.
 fn cpu_ids(dtb: &[u8], out: &mut [u64]) -> Result<usize, fdt::FdtError> {
     let tree = fdt::Fdt::new_unaligned_fallible(dtb)?;
     let Some(cpus) = tree.root()?.find_node("/cpus")? else {
@@ -375,13 +376,18 @@ fn cpu_ids(dtb: &[u8], out: &mut [u64]) -> Result<usize, fdt::FdtError> {
     };
     let mut n = 0;
     for child in cpus.children()?.iter() {
-        let props = child?.properties()?;
+        let child = child?;
+        let name = child.name()?.name;
+        let props = child.properties()?;
         let value = |name| -> Result<Option<&[u8]>, fdt::FdtError> {
             Ok(props.find(name)?.map(|p| p.value))
         };
-        let is_cpu = value("device_type")? == Some(b"cpu\0".as_slice());
-        let disabled = value("status")?.is_some_and(|s| !s.starts_with(b"ok"));
-        if !is_cpu || disabled {
+        let is_cpu = name == "cpu" || value("device_type")? == Some(b"cpu\0".as_slice());
+        let failed = value("status")?.is_some_and(|s| {
+            let s = s.split(|b| *b == 0).next().unwrap_or_default();
+            s == b"fail" || s.starts_with(b"fail-")
+        });
+        if !is_cpu || failed {
             continue;
         }
         let reg = value("reg")?.unwrap_or_default();
