@@ -92,6 +92,13 @@ fn bad_cmdline(cmdline: &str, e: CmdlineError) -> CliError {
         .as_bytes()
         .get(e.offset.wrapping_sub(1))
         .is_some_and(|&b| !is_separator(char::from(b)));
+    // Inside a quoted value, white space may come before an entry; the parser skips it (as
+    // Linux's `sscanf` does) and names the entry's first byte, the blank.
+    let rest = if in_list {
+        rest.trim_start_matches(is_separator)
+    } else {
+        rest
+    };
     let param = rest.split(is_separator).next();
     let token = match param {
         Some(p) if in_list => p.split(',').next().filter(|t| !t.is_empty()).unwrap_or(p),
@@ -311,6 +318,32 @@ mod tests {
                 "separator {sep:?}"
             );
         }
+    }
+
+    #[test]
+    fn error_tokens_name_a_node_list_entry_that_starts_with_white_space() {
+        // Inside a quoted value, white space may come before an entry: the parser skips it, as
+        // Linux's `sscanf("%lu")` does, and names the entry's first byte, the blank. The token
+        // is still that entry, the same as without the blank.
+        let plain = text("amd-4node", "hugepages=\"0:1,7:1\"", 1).unwrap_err();
+        for blank in [" ", "\t", "\n", "  \t"] {
+            let line = format!("hugepages=\"0:1,{blank}7:1\"");
+            let e = text("amd-4node", &line, 1).unwrap_err();
+            let CliError::BadInput(m) = &e else {
+                panic!("{line:?}: {e:?}")
+            };
+            assert!(
+                m.starts_with("--cmdline: byte 15: unknown node (\"7:1"),
+                "{line:?}: {m}"
+            );
+            assert_eq!(e, plain, "{line:?}");
+        }
+        let e = text("amd-4node", "hugepages=\"0:1, x:1\"", 1).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("malformed node entry, expected NODE:COUNT (\"x:1"),
+            "{e}"
+        );
     }
 
     #[test]
