@@ -73,7 +73,7 @@
 //! | a size beyond `u64` | wraps around | [`UnsupportedSize`] |
 //! | `hugepagesz=2M` twice | "specified twice, ignoring" | [`DuplicateSize`] |
 //! | `default_hugepagesz=` twice | "previously specified, ignoring" | [`DuplicateDefaultSize`] |
-//! | a second count for one size | the first one is kept, with a warning | [`DuplicateCount`] |
+//! | a second count for one size | right after the first (`hugepages=1 hugepages=2`): the second is ignored, with a warning; after a `hugepagesz=` or `default_hugepagesz=` that names the size the first count went to (`hugepages=2 default_hugepagesz=2M hugepages=1`, one page of 2 MiB): the later one replaces it silently | [`DuplicateCount`] |
 //! | `hugepages=` | "Invalid hugepages parameter" | [`MissingValue`] |
 //! | `0:4,,1:2`, `9999:1`, `x:1` | "Invalid hugepages parameter", ignored | [`EmptyNodeEntry`], [`UnknownNode`], [`MalformedNodeEntry`] |
 //! | a trailing comma, `0:4,` | accepted silently | [`EmptyNodeEntry`] |
