@@ -1166,10 +1166,15 @@ impl<'m> Owned<'m, '_> {
     /// Gives back every pageblock if a remote drain asked for it; `true` if one did.
     #[inline]
     pub(crate) fn honour(&mut self) -> bool {
+        self.pending() && self.honour_now()
+    }
+
+    /// `true` if a drain request or a note waits to be honoured.
+    #[inline]
+    fn pending(&self) -> bool {
         // Acquire: pairs with the Release of the request, so the tuning and pressure stored
         // before it are seen by this operation.
         self.pc.flags.load(Ordering::Acquire) & (claim::REQUEST | claim::FORGET) != 0
-            && self.honour_now()
     }
 
     /// Pops a frame for the request the caller names `asking` (its flags, say) from the slot
@@ -1195,6 +1200,23 @@ impl<'m> Owned<'m, '_> {
             self.asking = Some(asking);
         }
         got
+    }
+
+    /// [`Owned::pop_hot`] when it needs no call: no request to honour and a frame on the hot
+    /// slot's stack. `None` changes nothing, and the caller then takes its out-of-line path,
+    /// which starts with `pop_hot`. A hot path built on this calls nothing, so the compiler
+    /// need not save registers for it.
+    #[inline]
+    pub(crate) fn pop_hot_now(&mut self, asking: u32) -> Option<(Pfn, bool)> {
+        if self.pending() {
+            return None;
+        }
+        self.hot_frames(asking, |slot, states| {
+            if slot.len == 0 {
+                return None;
+            }
+            pop_slot_with(slot, states, hand_out_hot).map(|got| (got, 1))
+        })
     }
 
     /// [`Owned::pop_hot`] for up to `out.len()` frames at once: pops a run of the hot slot's
@@ -1288,6 +1310,50 @@ impl<'m> Owned<'m, '_> {
         if self.hot.as_ref().is_some_and(|h| h.slot == i) {
             self.hot = None;
         }
+    }
+
+    /// [`Owned::free`] of a frame of the hot slot when it needs no call: nothing to honour,
+    /// the frame handed out, and the slot at most `high` frames free after it. `false` changes
+    /// nothing, and the caller then takes [`Owned::free`]. Without the `poison` debug mode
+    /// only: its fill is a call.
+    #[inline]
+    pub(crate) fn free_now(&mut self, pfn: Pfn, dirty: bool, unchecked: bool) -> bool {
+        if cfg!(feature = "poison") || self.pending() {
+            return false;
+        }
+        let Some(h) = &self.hot else {
+            return false;
+        };
+        let Some(slot) = self.c.slots.get_mut(h.slot) else {
+            return false;
+        };
+        let Some((off, byte)) = slot
+            .holds(pfn)
+            .and_then(|off| Some((off, h.states.states.get(off)?)))
+        else {
+            return false;
+        };
+        if slot.len >= self.high {
+            return false;
+        }
+        if unchecked {
+            // Release: as in `free_own`.
+            byte.store(freed(dirty), Ordering::Release);
+        } else if byte
+            // AcqRel: as in `free_own`; a failed exchange changed nothing, and `free_own`
+            // decides the frame's fate again.
+            .compare_exchange(
+                state::HELD,
+                freed(dirty),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        slot.push(off);
+        true
     }
 
     /// Frees an order-0 frame through the cache: see [`Caches::free`]. `unchecked` replaces

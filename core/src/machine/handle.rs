@@ -9,8 +9,11 @@
 //! a plain store each. Remote drains of a claimed CPU become requests it honours before its
 //! next operation or when it drops (see `percpu`).
 //!
-//! The order-0 paths are `#[inline]`, so that a caller in another crate runs them without a
-//! call; the walk, a refill and a free outside the CPU's pageblocks stay out of line.
+//! The order-0 hot paths are `#[inline]`, so that a caller in another crate runs them without a
+//! call, and call nothing themselves, so that the compiler saves no registers for them: a pop
+//! from the hot slot's stack, and a free into the hot slot that leaves it at most `high` frames
+//! free. Everything else (a request to honour, a rescan, the walk, a slot to give back, a free
+//! outside the hot slot or one refused) goes to one out-of-line function that starts over.
 #![deny(unsafe_code)]
 
 use super::{AllocFlags, Machine, Request};
@@ -58,10 +61,18 @@ impl CpuHandle<'_, '_> {
     #[inline]
     pub fn alloc(&mut self, order: Order, flags: AllocFlags) -> Option<Pfn> {
         // A frame needing zeroing takes the walk, which clears it.
-        if order == Order::ZERO
-            && !flags.contains(AllocFlags::ZERO)
-            && let Some((pfn, dirty)) = self.own.pop_hot(flags.bits())
-        {
+        let cached = order == Order::ZERO && !flags.contains(AllocFlags::ZERO);
+        if cached && let Some((pfn, dirty)) = self.own.pop_hot_now(flags.bits()) {
+            return Some(popped(self.machine, flags, pfn, dirty));
+        }
+        self.alloc_out_of_line(cached, order, flags)
+    }
+
+    /// [`CpuHandle::alloc`] past its hot path: a request to honour or a hot slot to rescan
+    /// first (if the request is `cached`), or the walk.
+    #[inline(never)]
+    fn alloc_out_of_line(&mut self, cached: bool, order: Order, flags: AllocFlags) -> Option<Pfn> {
+        if cached && let Some((pfn, dirty)) = self.own.pop_hot(flags.bits()) {
             return Some(popped(self.machine, flags, pfn, dirty));
         }
         self.alloc_walk(order, flags)
@@ -138,12 +149,29 @@ impl CpuHandle<'_, '_> {
 
     #[inline]
     fn free_as(&mut self, pfn: Pfn, order: Order, dirty: bool) -> Result<(), FreeError> {
+        if order == Order::ZERO && self.own.free_now(pfn, dirty, false) {
+            return Ok(());
+        }
+        self.free_out_of_line(pfn, order, dirty, false)
+    }
+
+    /// [`CpuHandle::free_as`] past its hot path (and [`CpuHandle::free_unchecked`]'s): a
+    /// request to honour, a frame outside the hot slot, a refused frame, a slot to give back,
+    /// or a block.
+    #[inline(never)]
+    fn free_out_of_line(
+        &mut self,
+        pfn: Pfn,
+        order: Order,
+        dirty: bool,
+        unchecked: bool,
+    ) -> Result<(), FreeError> {
         if order != Order::ZERO {
             return self.free_block(pfn, order, dirty);
         }
         let m = self.machine;
         self.own
-            .free(pfn, |pfn| m.locate(pfn), dirty, false, m.poison())
+            .free(pfn, |pfn| m.locate(pfn), dirty, unchecked, m.poison())
     }
 
     /// A block of order 1 or more: straight to its zone, as [`Machine::free`] frees it, after
@@ -194,9 +222,10 @@ impl CpuHandle<'_, '_> {
     #[allow(unsafe_code)]
     #[inline]
     pub unsafe fn free_unchecked(&mut self, pfn: Pfn) -> Result<(), FreeError> {
-        let m = self.machine;
-        self.own
-            .free(pfn, |pfn| m.locate(pfn), true, true, m.poison())
+        if self.own.free_now(pfn, true, true) {
+            return Ok(());
+        }
+        self.free_out_of_line(pfn, Order::ZERO, true, true)
     }
 }
 

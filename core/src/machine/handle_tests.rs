@@ -436,3 +436,40 @@ fn numastat_never_goes_down_when_a_cpu_is_claimed() {
         m.free(p, Order::ZERO).unwrap();
     }
 }
+
+/// A handle's free keeps a pageblock while it leaves at most `high` frames free in it, and
+/// gives it back with the free that leaves one more (`PcpConfig::high`), on its hot path too.
+#[test]
+fn a_handles_free_gives_its_pageblock_back_past_high_and_not_before() {
+    const HIGH: u64 = 8;
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    m.set_pcp(PcpConfig {
+        batch: 1,
+        high: HIGH as u32,
+    });
+    let mut h = m.claim_cpu(m.cpu(0).unwrap()).unwrap();
+    let zone_free = || m.node(n(0)).unwrap().free_pages();
+    // Every frame of the first pageblock lent: its stack is empty, and it stays the hot slot.
+    let before = zone_free();
+    let mut frames = std::vec![h.alloc(Order::ZERO, AllocFlags::empty()).unwrap()];
+    let in_block = before - zone_free();
+    assert!(in_block > HIGH + 1);
+    frames.extend((1..in_block).map(|_| h.alloc(Order::ZERO, AllocFlags::empty()).unwrap()));
+    let block = frames[0].get() >> 9;
+    assert!(frames.iter().all(|p| p.get() >> 9 == block));
+    let lent = zone_free();
+    for (i, &p) in frames.iter().enumerate().take(HIGH as usize) {
+        h.free(p, Order::ZERO).unwrap();
+        assert_eq!(zone_free(), lent, "{} frames free in it: kept", i + 1);
+    }
+    h.free(frames[HIGH as usize], Order::ZERO).unwrap();
+    assert_eq!(zone_free(), lent + HIGH + 1, "one more than high: back");
+    for &p in &frames[HIGH as usize + 1..] {
+        h.free(p, Order::ZERO).unwrap();
+    }
+    drop(h);
+    m.drain_all();
+    m.check_invariants().unwrap();
+}
