@@ -134,9 +134,18 @@ impl SimMemory {
             .iter()
             .find(|a| a.contains(start, range.bytes()))
         {
-            // SAFETY: inside the arena's mapping (`contains`), page aligned, and the caller's
-            // frames.
-            unsafe { stream_zeros(a.ptr.add((start - a.base) as usize), range.bytes() as usize) };
+            // SAFETY: inside the arena's mapping (`contains`), and the caller's frames.
+            let p = unsafe { a.ptr.add((start - a.base) as usize) };
+            let bytes = range.bytes() as usize;
+            if p.as_ptr().align_offset(16) == 0 {
+                // SAFETY: as above, 16-byte aligned, and whole frames (a multiple of 16).
+                unsafe { stream_zeros(p, bytes) };
+            } else {
+                // An arena at a base that is not 16-byte aligned (`new` takes any): streaming
+                // stores would fault there.
+                // SAFETY: as above.
+                unsafe { p.as_ptr().write_bytes(0, bytes) };
+            }
         }
     }
 
