@@ -94,4 +94,30 @@ mod tests {
             "node 1's CPUs are disabled or untyped, not absent"
         );
     }
+
+    #[test]
+    fn the_cpus_node_is_walked_whatever_its_status() {
+        // Linux's `of_get_next_cpu_node` finds `/cpus` by path (`of_find_node_by_path`), which
+        // looks at no `status`: the CPUs below a `/cpus` marked "disabled" are still CPUs.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        let root = TestNode::new("")
+            .prop("#address-cells", cells(&[2]))
+            .prop("#size-cells", cells(&[2]))
+            .child(
+                TestNode::new("memory@0")
+                    .prop("device_type", string("memory"))
+                    .prop("reg", cells(&[0, 1 << 30, 0, 1 << 30])),
+            )
+            .child(
+                TestNode::new("cpus")
+                    .prop("status", string("disabled"))
+                    .child(TestNode::new("cpu@0").prop("device_type", string("cpu")))
+                    .child(TestNode::new("cpu@1").prop("device_type", string("cpu"))),
+            );
+        let dtb = blob(&root, &[]);
+        let mut o = Out::new(1, 1, 4);
+        let mut t = o.topo();
+        parse(&dtb, &mut t).unwrap();
+        assert_eq!(t.cpus(), &[n(0), n(0)]);
+    }
 }

@@ -36,10 +36,12 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
 
     tree.children(&root, |child| {
         let p = tree.props(&child)?;
-        if !value::available(p.status) {
+        let available = value::available(p.status);
+        // Linux finds `/cpus` by path (`of_get_next_cpu_node`), whatever its status.
+        if !available && child.name != "cpus" {
             return Ok(());
         }
-        if value::is(p.device_type, "memory") {
+        if available && value::is(p.device_type, "memory") {
             memory_nodes += 1;
             let id = memory::node_id(dtb, &p)?;
             if id.is_some() {
