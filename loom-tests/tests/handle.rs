@@ -10,6 +10,8 @@
 //! the tuning's `high` and reads it again when it claims or honours a request). Last, a
 //! handle's drop and an honoured drain racing remote frees, a claim racing the locked API of
 //! its CPU, and numastat, `cached_pages` and the invariant check read while a CPU is claimed.
+//! The owner's free on its hot path (a frame of the hot slot) has models of its own against a
+//! remote free, a remote bulk free and a refused remote bulk.
 //!
 //! Each model says what it costs, measured with `LOOM_MAX_PREEMPTIONS=3`.
 #![cfg(numaframe_loom)]
@@ -168,6 +170,94 @@ fn remote_free_races_owner_free_of_one_frame() {
         );
         let err = remote.err().or(owner.err()).expect("one error");
         assert_eq!(err, FreeError::DoubleFree { pfn: p });
+        assert_all_free(&m);
+    });
+}
+
+/// CPU 0's cache holds frame `p` on top of its stack and `q` handed out: the owner's claim then
+/// allocates `p` through the walk (which makes the slot hot) and frees it on the hot path.
+fn hot_frame(m: &numaframe::Machine<'_>) -> (Pfn, Pfn) {
+    let c0 = m.cpu(0).expect("cpu 0");
+    let take = || {
+        m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+            .expect("memory")
+    };
+    let (q, p) = (take(), take());
+    m.free_cpu(c0, p, Order::ZERO).expect("p, freed once");
+    (p, q)
+}
+
+/// The owner's own frame, allocated and freed again through the hot slot, as
+/// [`remote_free_races_owner_free_of_one_frame`] but on the hot free's compare-and-swap.
+fn owner_takes_and_frees(
+    m: &Arc<numaframe::Machine<'static>>,
+) -> impl FnOnce() -> (Option<Pfn>, Result<(), FreeError>) + Send + 'static {
+    let m = m.clone();
+    move || {
+        let c0 = m.cpu(0).expect("cpu 0");
+        let mut h = m.claim_cpu(c0).expect("unclaimed");
+        let got = h.alloc(Order::ZERO, AllocFlags::empty());
+        let freed = got.map_or(Ok(()), |f| h.free(f, Order::ZERO));
+        (got, freed)
+    }
+}
+
+/// The owner's free on its hot path races another CPU's free of the same frame (a caller bug):
+/// exactly one wins, the other gets `DoubleFree`. Every interleaving at three preemptions, in
+/// well under a second (as the next two).
+#[test]
+fn the_owners_hot_free_races_a_remote_free_of_one_frame() {
+    model(|| {
+        let m = two_cpus();
+        let (p, q) = hot_frame(&m);
+        let (remote, (got, owner)) = race(owner_takes_and_frees(&m), || {
+            m.free_cpu(m.cpu(1).expect("cpu 1"), p, Order::ZERO)
+        });
+        assert_eq!(got, Some(p), "the frame on top of the stack");
+        assert!(
+            remote.is_ok() != owner.is_ok(),
+            "exactly one free wins: {remote:?} {owner:?}"
+        );
+        m.free(q, Order::ZERO).expect("q, freed once");
+        assert_all_free(&m);
+    });
+}
+
+/// The owner's hot free races another CPU's bulk free of the same frame and a held one: the
+/// bulk claims its frames under their zone lock, so exactly one call frees `p`, and a refused
+/// bulk leaves `q` handed out. Every interleaving at three preemptions.
+#[test]
+fn the_owners_hot_free_races_a_remote_bulk_free_of_one_frame() {
+    model(|| {
+        let m = two_cpus();
+        let (p, q) = hot_frame(&m);
+        let (remote, (got, owner)) = race(owner_takes_and_frees(&m), || m.free_bulk(&[p, q]));
+        assert_eq!(got, Some(p), "the frame on top of the stack");
+        assert!(
+            remote.is_ok() != owner.is_ok(),
+            "exactly one free of p wins: {remote:?} {owner:?}"
+        );
+        if remote.is_err() {
+            m.free(q, Order::ZERO).expect("q stayed handed out");
+        }
+        assert_all_free(&m);
+    });
+}
+
+/// The owner's hot free beside another CPU's bulk that is refused (`q` twice) after it claimed
+/// `p`: the bulk holds `p` claimed for a moment and gives it back, so the owner's free, which
+/// waits for the claim, wins, and the bulk frees nothing. Every interleaving at three
+/// preemptions.
+#[test]
+fn the_owners_hot_free_beside_a_refused_remote_bulk() {
+    model(|| {
+        let m = two_cpus();
+        let (p, q) = hot_frame(&m);
+        let (remote, (got, owner)) = race(owner_takes_and_frees(&m), || m.free_bulk(&[q, p, q]));
+        assert_eq!(got, Some(p), "the frame on top of the stack");
+        assert!(remote.is_err(), "q twice: {remote:?}");
+        assert_eq!(owner, Ok(()), "the bulk freed nothing");
+        m.free(q, Order::ZERO).expect("q stayed handed out");
         assert_all_free(&m);
     });
 }
