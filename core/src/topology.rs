@@ -258,9 +258,12 @@ pub struct NodeInfo {
 }
 
 /// `true` if `distance` from `from` to `to` may stand in a [`Topology`]: [`LOCAL_DISTANCE`] from
-/// a node to itself and at least that to any other node. This is what Linux's
-/// `numa_set_distance` accepts once a table is in use: nodes at distance 10 from each other are
-/// legal there (`numa=fake` builds exactly that, and the `fake-64` preset models it).
+/// a node to itself and at least that to any other node. Linux's firmware readers ask for more
+/// than 10 between nodes (ACPI's `slit_valid`, the device tree's
+/// `of_numa_parse_distance_map_v1`), while its `numa_set_distance` refuses only a diagonal
+/// other than 10 and takes anything between nodes, below 10 too; `numa=fake` builds tables with
+/// 10 between nodes (the `fake-64` preset models one). numaframe takes 10 and above, so that no
+/// other node is nearer than a node to itself.
 pub fn valid_distance(from: NodeId, to: NodeId, distance: u8) -> bool {
     if from == to {
         distance == LOCAL_DISTANCE
