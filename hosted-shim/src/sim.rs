@@ -91,6 +91,17 @@ impl SimMemory {
         })
     }
 
+    /// A pointer to the first byte of `range`, if it lies inside one arena.
+    fn range_ptr(&self, range: PhysRange) -> Option<NonNull<u8>> {
+        let start = range.start().addr().get();
+        let a = self
+            .arenas
+            .iter()
+            .find(|a| a.contains(start, range.bytes()))?;
+        // SAFETY: `contains` checked that the range lies inside this arena's mapping.
+        Some(unsafe { a.ptr.add((start - a.base) as usize) })
+    }
+
     /// A pointer to the first byte of frame `pfn`, for the frame's owner (a test standing in for
     /// a guest) to read or write a frame it was handed.
     pub fn frame_ptr(&self, pfn: Pfn) -> Option<NonNull<u8>> {
@@ -107,18 +118,9 @@ impl SimMemory {
     /// The caller owns the frames of `range`: the allocator handed them out and they are not
     /// freed, so nothing else reads or writes them meanwhile.
     pub unsafe fn fill(&self, range: PhysRange, byte: u8) {
-        let start = range.start().addr().get();
-        if let Some(a) = self
-            .arenas
-            .iter()
-            .find(|a| a.contains(start, range.bytes()))
-        {
-            // SAFETY: inside the arena's mapping (`contains`), and the caller's frames.
-            unsafe {
-                a.ptr
-                    .add((start - a.base) as usize)
-                    .write_bytes(byte, range.bytes() as usize);
-            }
+        if let Some(p) = self.range_ptr(range) {
+            // SAFETY: inside an arena's mapping (`range_ptr`), and the caller's frames.
+            unsafe { p.as_ptr().write_bytes(byte, range.bytes() as usize) };
         }
     }
 
@@ -128,24 +130,16 @@ impl SimMemory {
     /// # Safety
     /// As for [`SimMemory::fill`].
     unsafe fn zero_cold(&self, range: PhysRange) {
-        let start = range.start().addr().get();
-        if let Some(a) = self
-            .arenas
-            .iter()
-            .find(|a| a.contains(start, range.bytes()))
-        {
-            // SAFETY: inside the arena's mapping (`contains`), and the caller's frames.
-            let p = unsafe { a.ptr.add((start - a.base) as usize) };
-            let bytes = range.bytes() as usize;
-            if p.as_ptr().align_offset(16) == 0 {
-                // SAFETY: as above, 16-byte aligned, and whole frames (a multiple of 16).
-                unsafe { stream_zeros(p, bytes) };
-            } else {
-                // An arena at a base that is not 16-byte aligned (`new` takes any): streaming
-                // stores would fault there.
-                // SAFETY: as above.
-                unsafe { p.as_ptr().write_bytes(0, bytes) };
-            }
+        match self.range_ptr(range) {
+            // SAFETY: inside an arena's mapping (`range_ptr`), 16-byte aligned, whole frames (a
+            // multiple of 16 bytes), and the caller's frames.
+            Some(p) if p.as_ptr().align_offset(16) == 0 => unsafe {
+                stream_zeros(p, range.bytes() as usize)
+            },
+            // An arena at a base that is not 16-byte aligned (`new` takes any): streaming stores
+            // would fault there, so plain ones clear it.
+            // SAFETY: the caller's frames.
+            _ => unsafe { self.fill(range, 0) },
         }
     }
 
@@ -165,20 +159,15 @@ impl SimMemory {
     /// Only for frames nobody owns: free frames the allocator reports (their contents are
     /// lost).
     pub fn discard(&self, range: PhysRange) -> bool {
-        let start = range.start().addr().get();
-        let Some(a) = self
-            .arenas
-            .iter()
-            .find(|a| a.contains(start, range.bytes()))
-        else {
+        let Some(p) = self.range_ptr(range) else {
             return false;
         };
-        // SAFETY: the range lies inside the arena's mapping (`contains`) and is page aligned
+        // SAFETY: the range lies inside an arena's mapping (`range_ptr`) and is page aligned
         // (whole frames of a page-aligned mapping); MADV_DONTNEED on a private anonymous
         // mapping only drops its pages, which the caller says nobody owns.
         let rc = unsafe {
             libc::madvise(
-                a.ptr.as_ptr().add((start - a.base) as usize).cast(),
+                p.as_ptr().cast(),
                 range.bytes() as usize,
                 libc::MADV_DONTNEED,
             )
@@ -282,21 +271,16 @@ impl FrameClearer for SimMemory {
     }
 
     fn first_other(&self, range: PhysRange, byte: u8) -> Option<Pfn> {
-        let start = range.start().addr().get();
-        let a = self
-            .arenas
-            .iter()
-            .find(|a| a.contains(start, range.bytes()))?;
-        // SAFETY: inside the arena's mapping (`contains`), page aligned (arenas and frames are).
-        let base = unsafe { a.ptr.add((start - a.base) as usize) }.cast::<u64>();
+        let base = self.range_ptr(range)?.cast::<u64>();
         let words = (PAGE_SIZE / 8) as usize;
         let want = u64::from_ne_bytes([byte; 8]);
         (0..range.frames()).find_map(|f| {
             let written = (0..words).any(|w| {
-                // SAFETY: word `w` of frame `f` lies in the range, inside the arena; the
-                // allocator asks only about frames nobody owns while it does, so nothing writes
-                // them meanwhile, and a read of plain memory is always defined.
-                unsafe { base.add(f as usize * words + w).read_volatile() != want }
+                // SAFETY: word `w` of frame `f` lies in the range, inside the arena (aligned
+                // only if the arena's base is: the read is unaligned); the allocator asks only
+                // about frames nobody owns while it does, so nothing writes them meanwhile, and
+                // a read of plain memory is always defined.
+                unsafe { base.as_ptr().add(f as usize * words + w).read_unaligned() != want }
             });
 
             written.then(|| Pfn::new(range.start().get() + f))

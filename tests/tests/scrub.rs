@@ -364,7 +364,6 @@ fn zeroed_allocations_clear_hot_and_the_scrub_clears_cold() {
     let p = m.alloc(n0, Order::new(9), AllocFlags::ZERO).unwrap();
     let q = m.alloc(n0, Order::ZERO, AllocFlags::ZERO).unwrap();
     assert_eq!((rec.frames(), rec.cold_frames()), (513, 0));
-    fill(sim.memory(), p, 512, 0xa5);
     m.free(p, Order::new(9)).unwrap();
     m.free(q, Order::ZERO).unwrap();
     // The scrub clears what nobody is about to use, cold.
@@ -376,26 +375,27 @@ fn zeroed_allocations_clear_hot_and_the_scrub_clears_cold() {
 }
 
 /// `SimMemory`'s cold clearing (streaming stores) zeroes every byte of its range and nothing
-/// around it, for ranges of a frame, of a pageblock and of neither.
+/// around it, for ranges of a frame, of a pageblock and of neither, in an arena at a page
+/// boundary and in one whose base is not 16-byte aligned (`SimMemory` takes any base; streaming
+/// stores would fault there).
 #[test]
-fn cold_clearing_zeroes_exactly_its_range() {
-    let mem = SimMemory::new(&[(0, 8 * MIB)]).unwrap();
-    let frames = 8 * MIB / PAGE_SIZE;
+fn cold_clearing_zeroes_exactly_its_range_in_an_arena_at_any_base() {
     let range = |a: u64, b: u64| PhysRange::new(Pfn::new(a), Pfn::new(b)).unwrap();
-    for (a, b) in [(0, 1), (1, 514), (512, 1024), (1500, frames)] {
-        // SAFETY: the test owns the whole memory; no machine uses it.
-        unsafe { mem.fill(range(0, frames), 0xa5) };
-        mem.clear_cold(range(a, b));
-        assert_eq!(mem.first_other(range(a, b), 0), None, "{a}..{b} reads zero");
-        if a > 0 {
-            assert_eq!(mem.first_other(range(0, a), 0xa5), None, "below {a}..{b}");
-        }
-        if b < frames {
-            assert_eq!(
-                mem.first_other(range(b, frames), 0xa5),
-                None,
-                "above {a}..{b}"
-            );
+    for base in [0, 8] {
+        let mem = SimMemory::new(&[(base, 8 * MIB)]).unwrap();
+        // The whole frames of the arena.
+        let (lo, hi) = (base.div_ceil(PAGE_SIZE), (base + 8 * MIB) / PAGE_SIZE);
+        for (a, b) in [(lo, lo + 1), (lo + 1, 514), (512, 1024), (1500, hi)] {
+            // SAFETY: the test owns the whole memory; no machine uses it.
+            unsafe { mem.fill(range(lo, hi), 0xa5) };
+            mem.clear_cold(range(a, b));
+            assert_eq!(mem.first_other(range(a, b), 0), None, "{a}..{b} reads zero");
+            if a > lo {
+                assert_eq!(mem.first_other(range(lo, a), 0xa5), None, "below {a}..{b}");
+            }
+            if b < hi {
+                assert_eq!(mem.first_other(range(b, hi), 0xa5), None, "above {a}..{b}");
+            }
         }
     }
 }
@@ -571,19 +571,4 @@ fn a_refused_bulk_free_leaves_the_dirty_count_as_it_was() {
         before,
         "a refused bulk free changed the dirty count"
     );
-}
-
-/// `SimMemory` takes arenas at any physical base: its cold clearing zeroes a range of one whose
-/// base is not 16-byte aligned as its hot clearing does, rather than faulting on a misaligned
-/// streaming store.
-#[test]
-fn cold_clearing_works_in_an_arena_at_any_base() {
-    let mem = SimMemory::new(&[(8, 8 * MIB)]).unwrap();
-    let range = |a: u64, b: u64| PhysRange::new(Pfn::new(a), Pfn::new(b)).unwrap();
-    // SAFETY: the test owns the whole memory; no machine uses it.
-    unsafe { mem.fill(range(1, 4), 0xa5) };
-    mem.clear_cold(range(2, 3));
-    assert_eq!(mem.first_other(range(2, 3), 0), None, "2..3 reads zero");
-    assert_eq!(mem.first_other(range(1, 2), 0xa5), None, "below");
-    assert_eq!(mem.first_other(range(3, 4), 0xa5), None, "above");
 }
