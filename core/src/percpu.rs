@@ -673,27 +673,14 @@ fn free_own(
     poison: Poison<'_>,
 ) -> Result<(), FreeError> {
     let byte = states.states.get(off).ok_or(FreeError::Foreign { pfn })?;
-    if unchecked {
-        // Release: as below. The caller guarantees the frame is handed out and that no other
-        // free of it runs, so no other writer races this store.
-        byte.store(freed(dirty), Ordering::Release);
-    } else {
-        loop {
-            match byte.compare_exchange(
-                state::HELD,
-                freed(dirty),
-                // AcqRel: the winner of two frees of one frame is decided here; Release orders
-                // the frame's last writes before its next allocation.
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                // A bulk free or a remote poisoning free holds the frame claimed, under its
-                // zone lock, for a moment: it frees it (then this free loses) or gives it back
-                // if it is refused (then this free is the only one and must win).
-                Err(state::CLAIMED) => crate::sync::spin_loop(),
-                Err(found) => return Err(misuse(found, pfn, 0)),
-            }
+    loop {
+        match mark_freed(byte, dirty, unchecked) {
+            Ok(()) => break,
+            // A bulk free or a remote poisoning free holds the frame claimed, under its zone
+            // lock, for a moment: it frees it (then this free loses) or gives it back if it is
+            // refused (then this free is the only one and must win).
+            Err(state::CLAIMED) => crate::sync::spin_loop(),
+            Err(found) => return Err(misuse(found, pfn, 0)),
         }
     }
     if dirty && poison.on() {
@@ -704,6 +691,28 @@ fn free_own(
     }
     slot.push(off);
     Ok(())
+}
+
+/// Marks a frame of the CPU's own pageblock free (`dirty` or not) if it is handed out; else
+/// `Err` with the state found, the byte unchanged. With `unchecked` a store: the caller
+/// guarantees the frame is handed out and that no other free of it runs, so no other writer
+/// races it.
+#[inline]
+fn mark_freed(byte: &AtomicU8, dirty: bool, unchecked: bool) -> Result<(), u8> {
+    if unchecked {
+        // Release: as below.
+        byte.store(freed(dirty), Ordering::Release);
+        return Ok(());
+    }
+    byte.compare_exchange(
+        state::HELD,
+        freed(dirty),
+        // AcqRel: the winner of two frees of one frame is decided here; Release orders the
+        // frame's last writes before its next allocation.
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    )
+    .map(|_| ())
 }
 
 /// The zone a frame outside the CPU's pageblocks goes back to, found through the span the CPU
@@ -1336,20 +1345,8 @@ impl<'m> Owned<'m, '_> {
         if slot.len >= self.high {
             return false;
         }
-        if unchecked {
-            // Release: as in `free_own`.
-            byte.store(freed(dirty), Ordering::Release);
-        } else if byte
-            // AcqRel: as in `free_own`; a failed exchange changed nothing, and `free_own`
-            // decides the frame's fate again.
-            .compare_exchange(
-                state::HELD,
-                freed(dirty),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .is_err()
-        {
+        // A refusal changed nothing, and `free_own` decides the frame's fate again.
+        if mark_freed(byte, dirty, unchecked).is_err() {
             return false;
         }
         slot.push(off);

@@ -135,7 +135,7 @@ impl CpuHandle<'_, '_> {
     /// The errors of [`Machine::free`]; the state is then unchanged.
     #[inline]
     pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.free_as(pfn, order, true)
+        self.free_as(pfn, order, true, false)
     }
 
     /// [`CpuHandle::free`] of a block the caller cleared (see [`Machine::free_clean`]).
@@ -144,20 +144,26 @@ impl CpuHandle<'_, '_> {
     /// As [`CpuHandle::free`]; the state is then unchanged.
     #[inline]
     pub fn free_clean(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.free_as(pfn, order, false)
+        self.free_as(pfn, order, false, false)
     }
 
+    /// The frees of a handle, `unchecked` only at order 0 (see [`CpuHandle::free_unchecked`]).
     #[inline]
-    fn free_as(&mut self, pfn: Pfn, order: Order, dirty: bool) -> Result<(), FreeError> {
-        if order == Order::ZERO && self.own.free_now(pfn, dirty, false) {
+    fn free_as(
+        &mut self,
+        pfn: Pfn,
+        order: Order,
+        dirty: bool,
+        unchecked: bool,
+    ) -> Result<(), FreeError> {
+        if order == Order::ZERO && self.own.free_now(pfn, dirty, unchecked) {
             return Ok(());
         }
-        self.free_out_of_line(pfn, order, dirty, false)
+        self.free_out_of_line(pfn, order, dirty, unchecked)
     }
 
-    /// [`CpuHandle::free_as`] past its hot path (and [`CpuHandle::free_unchecked`]'s): a
-    /// request to honour, a frame outside the hot slot, a refused frame, a slot to give back,
-    /// or a block.
+    /// [`CpuHandle::free_as`] past its hot path: a request to honour, a frame outside the hot
+    /// slot, a refused frame, a slot to give back, or a block.
     #[inline(never)]
     fn free_out_of_line(
         &mut self,
@@ -222,10 +228,7 @@ impl CpuHandle<'_, '_> {
     #[allow(unsafe_code)]
     #[inline]
     pub unsafe fn free_unchecked(&mut self, pfn: Pfn) -> Result<(), FreeError> {
-        if self.own.free_now(pfn, true, true) {
-            return Ok(());
-        }
-        self.free_out_of_line(pfn, Order::ZERO, true, true)
+        self.free_as(pfn, Order::ZERO, true, true)
     }
 }
 
