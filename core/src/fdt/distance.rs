@@ -1,6 +1,6 @@
-//! The distance map: a child of the root with `compatible = "numa-distance-map-v1"`, whose
-//! `distance-matrix` holds `(from, to, distance)` triples, read with Linux's defaults and
-//! mirroring (see the [module docs](super)).
+//! The distance map: a child of the root with `compatible = "numa-distance-map-v1"`, whatever
+//! its `status`, whose `distance-matrix` holds `(from, to, distance)` triples, read with Linux's
+//! defaults and mirroring (see the [module docs](super)).
 #![deny(unsafe_code)]
 
 use super::error::FdtError;
@@ -118,6 +118,39 @@ mod tests {
         let mut t = o.topo();
         parse(&dtb, &mut t).unwrap();
         assert_eq!(t.distances(), &[10, 15, 25, 10]);
+    }
+
+    #[test]
+    fn the_distance_map_is_read_whatever_its_status() {
+        // Linux's `of_numa_parse_distance_map` finds the map with
+        // `of_find_compatible_node(NULL, NULL, "numa-distance-map-v1")` (drivers/of/of_numa.c),
+        // whose match (`__of_device_is_compatible`, drivers/of/base.c) looks at no `status`:
+        // a map marked "disabled" or "fail" sets the distances all the same.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        for status in ["disabled", "fail", "reserved"] {
+            let memory = |base: u32, node: u32| {
+                TestNode::new("memory@0")
+                    .prop("device_type", string("memory"))
+                    .prop("reg", cells(&[0, base, 0, 1 << 30]))
+                    .prop("numa-node-id", cells(&[node]))
+            };
+            let root = TestNode::new("")
+                .prop("#address-cells", cells(&[2]))
+                .prop("#size-cells", cells(&[2]))
+                .child(memory(1 << 30, 0))
+                .child(memory(2 << 30, 1))
+                .child(
+                    TestNode::new("distance-map")
+                        .prop("compatible", string("numa-distance-map-v1"))
+                        .prop("status", string(status))
+                        .prop("distance-matrix", cells(&[0, 1, 15])),
+                );
+            let dtb = blob(&root, &[]);
+            let mut o = Out::new(2, 2, 0);
+            let mut t = o.topo();
+            parse(&dtb, &mut t).unwrap();
+            assert_eq!(t.distances(), &[10, 15, 15, 10], "status {status:?}");
+        }
     }
 
     #[test]

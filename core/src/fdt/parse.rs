@@ -37,8 +37,10 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     tree.children(&root, |child| {
         let p = tree.props(&child)?;
         let available = value::available(p.status);
-        // Linux finds `/cpus` by path (`of_get_next_cpu_node`), whatever its status.
-        if !available && child.name != "cpus" {
+        let map = value::compatible_with(p.compatible, "numa-distance-map-v1");
+        // Linux finds `/cpus` by path (`of_get_next_cpu_node`) and the distance map by its
+        // compatible string (`of_find_compatible_node`), neither of which looks at a status.
+        if !available && child.name != "cpus" && !map {
             return Ok(());
         }
         if available && value::is(p.device_type, "memory") {
@@ -69,11 +71,11 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
                 }
                 ncpus += 1;
             })?;
-        } else if child.name == "chosen" {
+        } else if available && child.name == "chosen" {
             if let Some(v) = p.bootargs {
                 bootargs = Some(value::string(dtb, v)?);
             }
-        } else if value::compatible_with(p.compatible, "numa-distance-map-v1") && matrix.is_none() {
+        } else if map && matrix.is_none() {
             // Like a CPU's id, the map matters only on a NUMA machine.
             matrix = Some(p.distance_matrix.ok_or(FdtError::BadProperty {
                 at: child.at,
