@@ -2,12 +2,12 @@
 #![deny(unsafe_code)]
 
 use super::error::FdtError;
-use super::tree::{Tree, Visit};
+use super::tree::{Props, Tree, Visit};
 use super::value;
 use crate::topology::NodeId;
 
-/// Calls `f` with the node of each CPU under `cpus` (the `/cpus` node), in tree order: its
-/// `numa-node-id`, or node 0 without one (Linux's `early_map_cpu_to_node`).
+/// Calls `f` with each CPU under `cpus` (the `/cpus` node), in tree order: `Some` of its own
+/// `numa-node-id`, or `None` without one (then [`parent_node`] gives Linux's answer).
 ///
 /// The CPUs are the children Linux's `for_each_of_cpu_node` visits: named `cpu` or with
 /// `device_type = "cpu"`, less those whose `status` is `"fail"` or `"fail-…"`. A `"disabled"`
@@ -15,7 +15,7 @@ use crate::topology::NodeId;
 pub(super) fn for_each_cpu<'d>(
     tree: &Tree<'d>,
     cpus: &Visit<'d>,
-    mut f: impl FnMut(Result<NodeId, FdtError>),
+    mut f: impl FnMut(Option<Result<NodeId, FdtError>>),
 ) -> Result<(), FdtError> {
     tree.children(cpus, |cpu| {
         let p = tree.props(&cpu)?;
@@ -23,12 +23,25 @@ pub(super) fn for_each_cpu<'d>(
         if !is_cpu || value::failed(p.status) {
             return Ok(());
         }
-        f(match p.node_id {
-            Some(v) => value::node_id(tree.dtb, v),
-            None => Ok(NodeId::new(0)),
-        });
+        f(p.node_id.map(|v| value::node_id(tree.dtb, v)));
         Ok(())
     })
+}
+
+/// The node a CPU without `numa-node-id` finds up its parents, as Linux's `of_node_to_nid`
+/// walks them while the property is absent: that of `/cpus` (`cpus`), else that of the root
+/// (`root`). `None` without either: the CPU is on node 0 (`early_map_cpu_to_node`).
+///
+/// Linux keeps the node only if it is possible (`node_possible`); the caller checks that
+/// against the whole tree. A malformed value stops Linux's walk there, and is an error here.
+pub(super) fn parent_node(
+    dtb: &[u8],
+    cpus: &Props<'_>,
+    root: &Props<'_>,
+) -> Option<Result<NodeId, FdtError>> {
+    cpus.node_id
+        .or(root.node_id)
+        .map(|v| value::node_id(dtb, v))
 }
 
 #[cfg(test)]
@@ -92,6 +105,110 @@ mod tests {
         assert!(
             t.infos()[1].has_cpus,
             "node 1's CPUs are disabled or untyped, not absent"
+        );
+    }
+
+    #[test]
+    fn a_cpu_without_an_id_takes_the_first_id_up_its_parents_if_linux_finds_that_node_possible() {
+        // arm64's `of_parse_and_init_cpus` puts each CPU on `of_node_to_nid(cpu)` through
+        // `early_map_cpu_to_node` (arch/arm64/kernel/smp.c, drivers/base/arch_numa.c).
+        // `of_node_to_nid` (drivers/of/of_numa.c) reads `numa-node-id` from the CPU, then from
+        // `/cpus`, then from the root, for as long as it is absent; it stops at a malformed one,
+        // and returns NUMA_NO_NODE unless the id it found is `node_possible`: named by a memory
+        // node, by a CPU's own `numa-node-id` (`of_numa_parse_cpu_nodes`), or first in a
+        // distance-map triple (`of_numa_parse_distance_map_v1`). `early_map_cpu_to_node` puts
+        // NUMA_NO_NODE on node 0, and so every CPU of a machine without NUMA (`numa_off`).
+        use super::super::FdtError;
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        use crate::topology::NodeId;
+        let tree = |numa: bool,
+                    root: Option<&[u32]>,
+                    cpus: Option<&[u32]>,
+                    own: &[Option<u32>],
+                    matrix: &[u32]| {
+            let mut root_node = TestNode::new("")
+                .prop("#address-cells", cells(&[2]))
+                .prop("#size-cells", cells(&[2]));
+            if let Some(id) = root {
+                root_node = root_node.prop("numa-node-id", cells(id));
+            }
+            for node in 0..2 {
+                let mut m = TestNode::new("memory@0")
+                    .prop("device_type", string("memory"))
+                    .prop("reg", cells(&[0, (node + 1) << 30, 0, 1 << 30]));
+                if numa {
+                    m = m.prop("numa-node-id", cells(&[node]));
+                }
+                root_node = root_node.child(m);
+            }
+            let mut cpus_node = TestNode::new("cpus");
+            if let Some(id) = cpus {
+                cpus_node = cpus_node.prop("numa-node-id", cells(id));
+            }
+            for id in own {
+                let mut c = TestNode::new("cpu@0").prop("device_type", string("cpu"));
+                if let Some(id) = id {
+                    c = c.prop("numa-node-id", cells(&[*id]));
+                }
+                cpus_node = cpus_node.child(c);
+            }
+            root_node = root_node.child(cpus_node);
+            if !matrix.is_empty() {
+                root_node = root_node.child(
+                    TestNode::new("distance-map")
+                        .prop("compatible", string("numa-distance-map-v1"))
+                        .prop("distance-matrix", cells(matrix)),
+                );
+            }
+            blob(&root_node, &[])
+        };
+        let check = |dtb: &[u8], nodes: usize, cpus: &[NodeId]| {
+            let mut o = Out::new(4, 2, 4);
+            let mut t = o.topo();
+            assert_eq!(parse(dtb, &mut t).map(|_| ()), Ok(()));
+            assert_eq!((t.nodes(), t.cpus()), (nodes, cpus));
+        };
+        // `/cpus` first, then the root.
+        check(
+            &tree(true, Some(&[0]), Some(&[1]), &[Some(0), None], &[]),
+            2,
+            &[n(0), n(1)],
+        );
+        check(&tree(true, Some(&[1]), None, &[None], &[]), 2, &[n(1)]);
+        // Node 2, named by nothing else, is not possible: node 0.
+        check(
+            &tree(true, None, Some(&[2]), &[None, Some(1)], &[]),
+            2,
+            &[n(0), n(1)],
+        );
+        // Named by another CPU's own id, or first in a triple, it is.
+        check(
+            &tree(true, None, Some(&[2]), &[Some(2), None], &[]),
+            3,
+            &[n(2), n(2)],
+        );
+        check(
+            &tree(true, None, Some(&[2]), &[None], &[2, 0, 20]),
+            3,
+            &[n(2)],
+        );
+        // Second in a triple only, it is not.
+        check(
+            &tree(true, None, Some(&[2]), &[None], &[0, 2, 20]),
+            3,
+            &[n(0)],
+        );
+        // A malformed id stops the walk: Linux warns and uses node 0, numaframe refuses it as
+        // it refuses a CPU's own malformed id. Without NUMA, neither matters.
+        let dtb = tree(true, Some(&[1]), Some(&[]), &[None], &[]);
+        assert!(matches!(
+            parse(&dtb, &mut Out::new(4, 2, 4).topo()),
+            Err(FdtError::BadProperty { len: 0, .. })
+        ));
+        check(
+            &tree(false, Some(&[1]), Some(&[]), &[None, Some(1)], &[]),
+            1,
+            &[n(0), n(0)],
         );
     }
 

@@ -5,7 +5,7 @@
 
 use super::error::FdtError;
 use super::value::{be32, offset_in};
-use crate::topology::{LOCAL_DISTANCE, NodeId, valid_firmware_distance};
+use crate::topology::{LOCAL_DISTANCE, NodeId, NodeMask, valid_firmware_distance};
 
 /// Linux's default distance between two different nodes (`REMOTE_DISTANCE`).
 pub const REMOTE_DISTANCE: u8 = 20;
@@ -20,6 +20,19 @@ pub(super) fn max_node(dtb: &[u8], matrix: &[u8]) -> Result<usize, FdtError> {
         max = max.max(t.from.index()).max(t.to.index());
     })?;
     Ok(max)
+}
+
+/// The nodes that come first in a triple of `matrix`: those Linux's
+/// `of_numa_parse_distance_map_v1` marks parsed, and so possible.
+///
+/// # Errors
+/// As [`fill`], which it checks the same way.
+pub(super) fn sources(dtb: &[u8], matrix: &[u8]) -> Result<NodeMask, FdtError> {
+    let mut from = NodeMask::EMPTY;
+    for_each_triple(dtb, matrix, |t| {
+        from.insert(t.from);
+    })?;
+    Ok(from)
 }
 
 /// Writes the distance table of `n` nodes into `dist` (row-major, `n * n` entries): the

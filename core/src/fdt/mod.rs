@@ -16,14 +16,18 @@
 //! - Without a distance map every distance is Linux's default: 10 local, 20 remote. A triple
 //!   `(a, b, d)` sets `dist(a, b)`, and when `b > a` also `dist(b, a)` (a later `(b, a, d')`
 //!   triple overrides it), so a one-sided matrix describes a symmetric machine.
-//! - A CPU without `numa-node-id` belongs to node 0 (`early_map_cpu_to_node`).
+//! - A CPU without `numa-node-id` takes that of `/cpus`, or else that of the root (Linux's
+//!   `of_node_to_nid` walks up while the property is absent), if Linux finds that node
+//!   possible: named by a memory node, by a CPU's own `numa-node-id` or first in a distance
+//!   triple. Otherwise, or without one up there either, it belongs to node 0
+//!   (`early_map_cpu_to_node`).
 //! - A tree whose memory nodes carry no `numa-node-id` describes a machine without NUMA: one node
 //!   0 with all memory and CPUs, whatever CPUs and distance map say (Linux's `dummy_numa_init`).
 //! - Memory ranges are rounded inwards to whole 4 KiB frames; a range that holds no whole frame
 //!   is dropped.
 //!
-//! The node count is one more than the largest node id named by a memory node, a CPU or the
-//! distance map. Node states are explicit: a node has memory if a memory range names it, and
+//! The node count is one more than the largest node id named by a memory node, a CPU's node or
+//! the distance map. Node states are explicit: a node has memory if a memory range names it, and
 //! CPUs if a CPU does.
 //!
 //! # Where Linux is lenient and numaframe is not
@@ -31,7 +35,10 @@
 //! and ignores a distance above 255 with a warning. [`parse`] returns a typed [`FdtError`] for
 //! both instead: a half-described machine is a firmware bug worth seeing. Likewise a node below
 //! the root with an empty name, which Linux reads like any other and the devicetree
-//! specification forbids, is [`Malformed::UnnamedNode`].
+//! specification forbids, is [`Malformed::UnnamedNode`]. And on a NUMA machine a CPU's
+//! `numa-node-id` that is not one cell or names node [`MAX_NODES`](crate::MAX_NODES)
+//! or more (its own, or that of `/cpus` or the root that it looks up to) is a typed error, where
+//! Linux puts the CPU on node 0 (reading a longer value by its first cell).
 //!
 //! # Malformed input
 //! [`parse`] never panics, whatever the bytes: it checks the header and block bounds itself,

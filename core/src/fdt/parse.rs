@@ -8,7 +8,7 @@ use super::tree::Tree;
 use super::value::{self, Cells};
 use super::{cpus, distance, memory};
 use crate::machine::MemoryRange;
-use crate::topology::{NodeId, NodeInfo};
+use crate::topology::{NodeId, NodeInfo, NodeMask};
 
 /// Reads the NUMA topology, memory and CPUs of `dtb` into `out`.
 ///
@@ -33,6 +33,11 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     let mut memory_nodes = 0usize;
     let (mut nranges, mut ncpus) = (0usize, 0usize);
     let mut cpu_error: Option<FdtError> = None;
+    // The nodes Linux marks parsed (`numa_nodes_parsed`), which become the possible ones: those
+    // of memory nodes, of CPUs' own ids and first in a distance triple.
+    let mut parsed = NodeMask::EMPTY;
+    // The node CPUs without an id of their own found up their parents, if any did.
+    let mut inherited: Option<NodeId> = None;
 
     tree.children(&root, |child| {
         let p = tree.props(&child)?;
@@ -46,8 +51,9 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
         if available && value::is(p.device_type, "memory") {
             memory_nodes += 1;
             let id = memory::node_id(dtb, &p)?;
-            if id.is_some() {
+            if let Some(id) = id {
                 numa = true;
+                parsed.insert(id);
             } else {
                 missing_id.get_or_insert(child.at);
             }
@@ -60,7 +66,15 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
                 nranges += 1;
             })?;
         } else if child.name == "cpus" {
-            cpus::for_each_cpu(&tree, &child, |node| {
+            let up = cpus::parent_node(dtb, &p, &rp);
+            cpus::for_each_cpu(&tree, &child, |own| {
+                let node = match (own, up) {
+                    (Some(own), _) => own.inspect(|&id| {
+                        parsed.insert(id);
+                    }),
+                    (None, Some(up)) => up.inspect(|&id| inherited = Some(id)),
+                    (None, None) => Ok(NodeId::new(0)),
+                };
                 // A CPU's id matters only on a NUMA machine: its error waits for `numa`.
                 let node = node.unwrap_or_else(|e| {
                     cpu_error.get_or_insert(e);
@@ -113,13 +127,24 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     // node with everything, whatever CPUs and distance map say (Linux's `dummy_numa_init`).
     let matrix = if numa { matrix.transpose()? } else { None };
     if numa {
+        if let Some(m) = matrix {
+            max_id = max_id.max(distance::max_node(dtb, m)?);
+            parsed = parsed.or(&distance::sources(dtb, m)?);
+        }
+        // Linux's `of_node_to_nid` gives NUMA_NO_NODE, and `early_map_cpu_to_node` node 0, for
+        // a node found up the parents that is not possible. A CPU whose own id named it would
+        // have made it possible, so every CPU on it found it up the parents.
+        if let Some(up) = inherited
+            && !parsed.contains(up)
+        {
+            for c in out.cpus[..ncpus].iter_mut().filter(|c| **c == up) {
+                *c = NodeId::new(0);
+            }
+        }
         max_id = out.cpus[..ncpus]
             .iter()
             .map(|n| n.index())
             .fold(max_id, usize::max);
-        if let Some(m) = matrix {
-            max_id = max_id.max(distance::max_node(dtb, m)?);
-        }
     } else {
         out.cpus[..ncpus].fill(NodeId::new(0));
     }
