@@ -76,7 +76,9 @@ unsafe impl Send for SimMemory {}
 unsafe impl Sync for SimMemory {}
 
 impl SimMemory {
-    /// Arenas for the given `(physical base, bytes)` ranges.
+    /// Arenas for the given `(physical base, bytes)` ranges. Any base works for clearing and
+    /// for the owner's accessors; [`PhysMemory::map`] maps only arenas at a page-aligned base
+    /// (a machine boots only on those), as its pointers must be page aligned.
     ///
     /// # Errors
     /// If the kernel refuses a mapping.
@@ -219,8 +221,9 @@ pub fn process_rss_bytes() -> Option<u64> {
 
 // SAFETY:
 // 1. a range is mapped only if it lies inside one arena, so the pointer is valid for its
-//    bytes as long as `self` lives (arenas are unmapped only on drop), and page aligned
-//    (mmap returns page-aligned memory and ranges are whole frames);
+//    bytes as long as `self` lives (arenas are unmapped only on drop), and only if its pointer
+//    is page aligned (mmap returns page-aligned memory, so that is every range of an arena whose
+//    base is page aligned, and none of one whose base is not);
 // 2. a range overlapping one mapped and not unmapped is refused, so no two views alias; the
 //    frames the allocator hands out are never mapped through here.
 unsafe impl PhysMemory for SimMemory {
@@ -230,6 +233,10 @@ unsafe impl PhysMemory for SimMemory {
             .arenas
             .iter()
             .find(|a| a.contains(start, range.bytes()))?;
+        // A frame of an arena whose base is not page aligned is not page aligned in it.
+        if !(start - a.base).is_multiple_of(PAGE_SIZE) {
+            return None;
+        }
         let mut mapped = self.mapped.lock().ok()?;
         if mapped.iter().any(|m| m.overlaps(&range)) {
             return None;

@@ -400,6 +400,28 @@ fn cold_clearing_zeroes_exactly_its_range_in_an_arena_at_any_base() {
     }
 }
 
+/// `SimMemory` takes arenas at any physical base, and keeps `PhysMemory`'s promise in every one:
+/// a range it maps comes with a pointer aligned to `PAGE_SIZE` (platform.rs, "Safety", 1), or
+/// not at all. An arena whose base is not page aligned cannot give whole frames such a pointer.
+#[test]
+fn sim_memory_maps_ranges_page_aligned_or_not_at_all_in_an_arena_at_any_base() {
+    use numaframe::PhysMemory;
+    let range = |a: u64, b: u64| PhysRange::new(Pfn::new(a), Pfn::new(b)).unwrap();
+    for base in [0, 8, PAGE_SIZE, PAGE_SIZE + 2048] {
+        let mem = SimMemory::new(&[(base, 8 * MIB)]).unwrap();
+        let (lo, hi) = (base.div_ceil(PAGE_SIZE), (base + 8 * MIB) / PAGE_SIZE);
+        for r in [range(lo, lo + 1), range(lo + 1, 514), range(1500, hi)] {
+            if let Some(p) = mem.map(r) {
+                assert!(
+                    (p.as_ptr() as usize).is_multiple_of(PAGE_SIZE as usize),
+                    "arena at {base:#x}: {r:?} mapped at {p:p}"
+                );
+                mem.unmap(r, p);
+            }
+        }
+    }
+}
+
 #[test]
 fn zeroed_boot_memory_is_clean_and_only_dirty_frames_are_cleared() {
     let spec = spec();
