@@ -1062,12 +1062,7 @@ impl<'a> Caches<'a> {
             .iter()
             .filter_map(|pc| {
                 let c = lock_unclaimed(pc)?;
-                Some(
-                    (0..SLOTS)
-                        .filter(|&i| c.slots[i].key.is_some())
-                        .map(|i| free_frames(&pc.states[i]))
-                        .sum::<u64>(),
-                )
+                Some(held_frames(pc, &c))
             })
             .sum()
     }
@@ -1170,6 +1165,11 @@ impl<'m> Owned<'m, '_> {
     /// The claimed CPU's node.
     pub(crate) fn node(&self) -> NodeId {
         self.pc.node
+    }
+
+    /// Free frames of the pageblocks the claimed cache holds, remote frees into them included.
+    pub(crate) fn cached_pages(&self) -> u64 {
+        held_frames(self.pc, &self.c)
     }
 
     /// Gives back every pageblock if a remote drain asked for it; `true` if one did.
@@ -1592,6 +1592,14 @@ fn freed(dirty: bool) -> u8 {
     } else {
         state::FREE_CLEAN
     }
+}
+
+/// Free frames of the pageblocks a CPU's cache holds.
+fn held_frames(pc: &PerCpu<'_>, c: &CpuCache<'_>) -> u64 {
+    (0..SLOTS)
+        .filter(|&i| c.slots[i].key.is_some())
+        .map(|i| free_frames(&pc.states[i]))
+        .sum()
 }
 
 /// Free frames of a state array.

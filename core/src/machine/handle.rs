@@ -55,6 +55,13 @@ impl CpuHandle<'_, '_> {
         self.own.cpu()
     }
 
+    /// Free frames in the pageblocks the held cache holds (frees of their frames from other
+    /// CPUs included): what [`Machine::cached_pages`] leaves out for this CPU while the handle
+    /// lives. A drain request posted meanwhile gives them back at the handle's next operation.
+    pub fn cached_pages(&self) -> u64 {
+        self.own.cached_pages()
+    }
+
     /// [`Machine::alloc_cpu`] through the held cache: a block of `order` preferring the CPU's
     /// node, from the cache for order 0. `None` when memory runs out.
     #[must_use = "dropping the frame leaks it"]

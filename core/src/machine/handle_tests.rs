@@ -66,6 +66,39 @@ fn handle_round_trip_and_remote_double_free() {
 }
 
 #[test]
+fn a_handle_counts_the_free_frames_of_the_pageblocks_it_holds() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    let free = || m.node(n(0)).unwrap().free_pages();
+    let free0 = free();
+    let mut h = m.claim_cpu(c0).unwrap();
+    assert_eq!(h.cached_pages(), 0);
+    let held: std::vec::Vec<Pfn> = (0..3)
+        .map(|_| h.alloc(Order::ZERO, AllocFlags::empty()).unwrap())
+        .collect();
+    // Every frame is free in the zone, cached by the handle, or handed out.
+    assert!(h.cached_pages() > 0, "a pageblock is lent");
+    assert_eq!(free() + h.cached_pages() + 3, free0);
+    assert_eq!(m.cached_pages(), 0, "the claimed cache is left out");
+    // A remote free lands in the state array the handle holds.
+    m.free_cpu(c1, held[0], Order::ZERO).unwrap();
+    assert_eq!(free() + h.cached_pages() + 2, free0);
+    // A drain request changes nothing until the handle's next operation honours it.
+    let before = h.cached_pages();
+    m.drain_cpu(c0);
+    assert_eq!(h.cached_pages(), before);
+    h.free(held[1], Order::ZERO).unwrap();
+    assert_eq!(h.cached_pages(), 0);
+    assert_eq!(free() + 1, free0);
+    h.free(held[2], Order::ZERO).unwrap();
+    drop(h);
+    assert_eq!(free(), free0);
+    m.check_invariants().unwrap();
+}
+
+#[test]
 fn a_drain_of_a_claimed_cpu_is_honoured_at_its_next_operation() {
     let spec = Spec::uniform(1, 2048, 0);
     let mem = SparseMem::default();
