@@ -30,7 +30,9 @@ impl<'a> Machine<'a> {
     /// one dirty free unit off its zone, clears it through the platform's
     /// [`FrameClearer`](crate::FrameClearer), and puts it back clean. An allocation that needs
     /// the unit meanwhile makes it stop and give the unit back (the part it cleared stays
-    /// clean), and the call returns. A unit of whole pageblocks is cleared a pageblock at a
+    /// clean); the call takes no other unit of that zone while the allocation waits, and goes
+    /// on with what is left of `budget` (the zone's next unit once the allocation is served,
+    /// else the node's other zone). A unit of whole pageblocks is cleared a pageblock at a
     /// time, so a call may clear up to 511 frames more than `budget`. Frames in per-CPU caches are
     /// not scrubbed until they go back to their zone. Without a clearer nothing is cleared.
     pub fn scrub(&self, node: NodeId, budget: u64) -> u64 {
