@@ -10,9 +10,11 @@
 //!
 //! # Lock order
 //! Locks are taken in this order, and never in reverse:
-//! 1. the machine's hotplug lock (held by `hot_add` only, around checking, mapping and
-//!    publishing new memory; allocations and frees never take it: they read the layout under
-//!    its sequence count and retry if a hot-add published meanwhile);
+//! 1. the machine's hotplug lock (held by boot, `hot_add` and `offline` around checking,
+//!    mapping and publishing memory, by `unisolate` around its check, and by
+//!    `check_invariants` and `for_each_fallback_line` to read the staged tables; allocations
+//!    and frees never take it: they read the layout under its sequence count and retry if a
+//!    writer published meanwhile);
 //! 2. a per-CPU cache lock;
 //! 3. one zone lock, or, for a bulk free alone, several zone locks taken in ascending (node,
 //!    zone) order through a `MultiLock`.

@@ -3,9 +3,9 @@
 //!
 //! Allocations and frees read them on every call, so reads take no lock and write nothing:
 //! the published copy lives in atomics under a [`SeqCount`], and a reader that overlapped a
-//! publication reads again. Writers (boot and `hot_add`) hold the hotplug lock, which guards a
-//! plain staging copy they change at leisure; [`Layout::publish`] copies it into the atomics in
-//! one short publication. So a writer never waits for readers (no reader holds anything), and
+//! publication reads again. Writers (boot, `hot_add`, `offline`) hold the hotplug lock, which
+//! guards a plain staging copy they change at leisure; [`Layout::publish`] copies it into the
+//! atomics in one short publication. So a writer never waits for readers (no reader holds anything), and
 //! nothing an allocation does can deadlock against a hot-add.
 //!
 //! Each node's fallback order, staged and published, is a row of its own that boot carved from
