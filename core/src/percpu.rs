@@ -96,8 +96,9 @@ impl fmt::Display for CpuId {
 }
 
 /// Cache tuning. A CPU takes the fullest pageblock with at least `batch` free frames (the
-/// fullest with any when none has that many), and gives a pageblock back when its own frees
-/// leave more than `high` frames free in it.
+/// fullest with any when none has that many; one with fewer than 16, or `high` if smaller, is
+/// not lent, and a frame of it is handed out directly), and gives a pageblock back when its own
+/// frees leave more than `high` frames free in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PcpConfig {
     /// Fewest free frames a pageblock should bring, `1..=MAX_BATCH`.
