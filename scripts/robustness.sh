@@ -19,7 +19,7 @@ started=$(date +%s)
 NIGHTLY=${NIGHTLY:-nightly}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
-TARGETS=(ops topology_toml numactl cmdline fdt)
+TARGETS=(ops handles topology_toml numactl cmdline fdt)
 
 step "nightly toolchain ($NIGHTLY) with miri and rust-src"
 command -v rustup >/dev/null || { echo "error: rustup is required" >&2; exit 1; }

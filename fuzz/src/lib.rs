@@ -13,6 +13,7 @@ pub mod parsers;
 pub fn run(target: &str, data: &[u8]) -> bool {
     match target {
         "ops" => ops::run(data),
+        "handles" => ops::run_handles(data),
         "topology_toml" => parsers::topology_toml(data),
         "numactl" => parsers::numactl(data),
         "cmdline" => parsers::cmdline(data),
@@ -23,4 +24,11 @@ pub fn run(target: &str, data: &[u8]) -> bool {
 }
 
 /// Every target, as named in `Cargo.toml`.
-pub const TARGETS: [&str; 5] = ["ops", "topology_toml", "numactl", "cmdline", "fdt"];
+pub const TARGETS: [&str; 6] = [
+    "ops",
+    "handles",
+    "topology_toml",
+    "numactl",
+    "cmdline",
+    "fdt",
+];

@@ -16,6 +16,15 @@
 //! The machine clears through a recording clearer (the sparse memory has no frames to write):
 //! a scrub may clear only free frames of its node, never a block the model holds, and never more
 //! than its budget allows; any other operation may clear only inside the blocks it hands out.
+//!
+//! The `handles` target runs the same operations mixed with claimed CPU handles
+//! ([`HandleOp`]): claims and drops, allocations, bulks, checked, clean and unchecked frees
+//! and bulk frees through a handle, judged by the same model. While handles live, the
+//! accounting adds the free frames their caches hold, and an offline may also find busy the
+//! pageblocks a claimed cache holds in its range. A refused free through a handle may first
+//! honour a drain request posted before it (frames move from its cache to the zones), so it is
+//! judged by the frames it must not move: every frame stays free, cached or handed out as it
+//! was.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -27,9 +36,9 @@ use numaframe::interleave::{IlState, Weights};
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
-    AllocFlags, BootError, BootOptions, CpuId, FrameClearer, FreeError, Machine, MemoryRange,
-    NodeId, NodeMask, OfflineError, OfflineOptions, Order, PAGE_SIZE, PcpConfig, Pfn, PhysRange,
-    PolicyError, REPORT_CAPACITY, ReportError, ZoneKind,
+    AllocFlags, BootError, BootOptions, ClaimError, CpuHandle, CpuId, FrameClearer, FreeError,
+    Machine, MemoryRange, NodeId, NodeMask, OfflineError, OfflineOptions, Order, PAGE_SIZE,
+    PcpConfig, Pfn, PhysRange, PolicyError, REPORT_CAPACITY, ReportError, ZoneKind,
 };
 use numaframe_testkit::{Snap, SparseMem, Spec, memory_range};
 
@@ -234,6 +243,57 @@ pub enum Op {
     },
 }
 
+/// An input of the `handles` target: as [`Input`], with handle operations among the others.
+#[derive(Arbitrary, Debug)]
+pub struct HandleInput {
+    shape: u8,
+    fill: u8,
+    min_free: u8,
+    pcp: (u16, u16),
+    ops: Vec<HandleOp>,
+}
+
+/// One operation of the `handles` target: any of [`Op`], or one through the handle of CPU
+/// `cpu` (reduced into range; an operation on a CPU without a live handle does nothing).
+#[allow(missing_docs)]
+#[derive(Arbitrary, Debug, Clone)]
+pub enum HandleOp {
+    Other(Op),
+    /// Claims a CPU, possibly an unknown or a claimed one.
+    Claim {
+        cpu: u8,
+    },
+    /// Drops the CPU's handle.
+    Release {
+        cpu: u8,
+    },
+    Alloc {
+        cpu: u8,
+        order: u8,
+        flags: u8,
+    },
+    AllocBulk {
+        cpu: u8,
+        n: u16,
+        flags: u8,
+    },
+    /// Frees a block the model holds (or one freed before, with `again`), possibly with a
+    /// wrong order or frame: `how` picks `free`, `free_clean`, or `free_unchecked` for a valid
+    /// order-0 free (the checked `free` otherwise, as its contract demands).
+    Free {
+        cpu: u8,
+        pick: u16,
+        mutate: u8,
+        how: u8,
+        again: bool,
+    },
+    FreeBulk {
+        cpu: u8,
+        picks: Vec<u16>,
+        bad: Option<(u8, u16)>,
+    },
+}
+
 /// What kind of block the model holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -321,6 +381,66 @@ pub fn run(data: &[u8]) {
 
 /// Runs one decoded input; panics on any broken promise.
 pub fn run_input(input: &Input) {
+    run_ops(
+        Header {
+            shape: input.shape,
+            fill: input.fill,
+            min_free: input.min_free,
+            pcp: input.pcp,
+        },
+        &input.ops,
+    );
+}
+
+/// Runs one input of the `handles` target; panics on any broken promise.
+pub fn run_handles(data: &[u8]) {
+    if let Ok(input) = HandleInput::arbitrary_take_rest(Unstructured::new(data)) {
+        run_handle_input(&input);
+    }
+}
+
+/// Runs one decoded input of the `handles` target; panics on any broken promise.
+pub fn run_handle_input(input: &HandleInput) {
+    run_ops(
+        Header {
+            shape: input.shape,
+            fill: input.fill,
+            min_free: input.min_free,
+            pcp: input.pcp,
+        },
+        &input.ops,
+    );
+}
+
+/// An operation the harness applies.
+trait Step {
+    /// Applies it; returns the operation whose clearing rule judges what it cleared.
+    fn apply<'s>(&'s self, h: &mut Harness<'_, '_>) -> &'s Op;
+}
+
+impl Step for Op {
+    fn apply<'s>(&'s self, h: &mut Harness<'_, '_>) -> &'s Op {
+        h.apply(self);
+        self
+    }
+}
+
+impl Step for HandleOp {
+    fn apply<'s>(&'s self, h: &mut Harness<'_, '_>) -> &'s Op {
+        match self {
+            HandleOp::Other(op) => op.apply(h),
+            op => {
+                h.apply_handle(op);
+                // No scrub: it may clear only inside the blocks it hands out.
+                &Op::DrainAll
+            }
+        }
+    }
+}
+
+/// Boots the machine `input` describes, runs `ops` on it, checking after each, and gives
+/// everything back.
+fn run_ops(input: Header, ops: &[impl Step]) {
     let shape = SHAPES[usize::from(input.shape) % SHAPES.len()];
     let spec = Spec::with_hot_add_target(
         shape
@@ -349,12 +469,21 @@ pub fn run_input(input: &Input) {
     m.check_invariants().expect("invariants after boot");
     let mut h = Harness::new(&m, &mem, &spec.ranges);
     h.check();
-    for op in input.ops.iter().take(MAX_OPS) {
-        h.apply(op);
+    for op in ops.iter().take(MAX_OPS) {
+        let rule = op.apply(&mut h);
         h.check();
-        h.check_cleared(op, &cleared.take());
+        h.check_cleared(rule, &cleared.take());
     }
     h.teardown();
+}
+
+/// What every input decodes before its operations: the machine's shape, the byte its memory
+/// is filled with, and its options.
+struct Header {
+    shape: u8,
+    fill: u8,
+    min_free: u8,
+    pcp: (u16, u16),
 }
 
 /// Whether `range` has a part, below or above 4 GiB, too large for any span.
@@ -389,6 +518,8 @@ struct Harness<'m, 'a> {
     cpus: Vec<CpuId>,
     known_cpus: usize,
     policies: [Option<TaskPolicy>; 2],
+    /// The live handle of each of the machine's CPUs.
+    handles: Vec<Option<CpuHandle<'m, 'a>>>,
 }
 
 impl<'m, 'a> Harness<'m, 'a> {
@@ -420,6 +551,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             cpus,
             known_cpus,
             policies: [None, None],
+            handles: (0..known_cpus).map(|_| None).collect(),
         }
     }
 
@@ -571,7 +703,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let via = self.via(via, order, kind);
                 self.free(pfn, order, via);
             }
-            Op::FreeBulk { ref picks, bad } => self.free_bulk(picks, bad),
+            Op::FreeBulk { ref picks, bad } => self.free_bulk(picks, bad, None),
             Op::DrainCpu { cpu } => {
                 let (cpu, known) = self.cpu(cpu);
                 let before = Snap::of(m);
@@ -867,6 +999,184 @@ impl<'m, 'a> Harness<'m, 'a> {
         }
     }
 
+    /// One operation through a CPU handle, judged by the model.
+    fn apply_handle(&mut self, op: &HandleOp) {
+        let m = self.m;
+        match *op {
+            HandleOp::Other(ref op) => self.apply(op),
+            HandleOp::Claim { cpu } => {
+                let (cpu, known) = self.cpu(cpu);
+                let before = Snap::of(m);
+                let held = known && self.handles[cpu.index()].is_some();
+                match m.claim_cpu(cpu) {
+                    Ok(h) => {
+                        assert!(
+                            known && !held,
+                            "claimed {cpu} (known: {known}, held: {held})"
+                        );
+                        self.handles[cpu.index()] = Some(h);
+                    }
+                    Err(e) => {
+                        let index = cpu.index() as u32;
+                        let want = if known {
+                            assert!(held, "claim of the free {cpu} refused: {e:?}");
+                            ClaimError::Claimed { cpu: index }
+                        } else {
+                            ClaimError::UnknownCpu { cpu: index }
+                        };
+                        assert_eq!(e, want);
+                        assert_eq!(Snap::of(m), before, "a refused claim changed the machine");
+                    }
+                }
+            }
+            HandleOp::Release { cpu } => {
+                let i = self.handle_index(cpu);
+                self.handles[i] = None;
+            }
+            HandleOp::Alloc { cpu, order, flags } => {
+                let i = self.handle_index(cpu);
+                let (order, flags) = (order_of(order), flags_of(flags));
+                let Some(h) = self.handles[i].as_mut() else {
+                    return;
+                };
+                let node = m.cpu_node(h.cpu()).expect("a claimed CPU is known");
+                if let Some(p) = h.alloc(order, flags) {
+                    self.took_flags(p, order, flags, node);
+                }
+            }
+            HandleOp::AllocBulk { cpu, n, flags } => {
+                let i = self.handle_index(cpu);
+                let flags = flags_of(flags);
+                let Some(h) = self.handles[i].as_mut() else {
+                    return;
+                };
+                let node = m.cpu_node(h.cpu()).expect("a claimed CPU is known");
+                let mut out = vec![Pfn::new(u64::MAX); usize::from(n % 600)];
+                let got = h.alloc_bulk(flags, &mut out);
+                assert!(got <= out.len());
+                for &p in &out[..got] {
+                    self.took_flags(p, Order::ZERO, flags, node);
+                }
+            }
+            HandleOp::Free {
+                cpu,
+                pick,
+                mutate,
+                how,
+                again,
+            } => {
+                let i = self.handle_index(cpu);
+                // A huge page of the model given to a handle is misuse, which the model judges.
+                let (mut pfn, mut order) = if again {
+                    let Some(&(pfn, order, _)) =
+                        self.freed.get(usize::from(pick) % self.freed.len().max(1))
+                    else {
+                        return;
+                    };
+                    (pfn, order)
+                } else {
+                    let Some((pfn, b)) = self.pick(pick, |_| true) else {
+                        return;
+                    };
+                    (pfn, b.order)
+                };
+                match mutate {
+                    0..=191 => {}
+                    192..=223 => order = order_of(order.get().wrapping_add(1 + mutate % 3)),
+                    _ => pfn = Pfn::new(pfn.get() + 1 + u64::from(mutate % 7)),
+                }
+                self.handle_free(i, pfn, order, how);
+            }
+            HandleOp::FreeBulk {
+                cpu,
+                ref picks,
+                bad,
+            } => {
+                let i = self.handle_index(cpu);
+                if self.handles[i].is_some() {
+                    self.free_bulk(picks, bad, Some(i));
+                }
+            }
+        }
+    }
+
+    /// The index of the machine's CPU `x` names.
+    fn handle_index(&self, x: u8) -> usize {
+        usize::from(x) % self.known_cpus
+    }
+
+    /// Every frame's place that no operation may change by failing: free in a zone, cached
+    /// (by a CPU or a live handle) or pooled, per zone, with the total.
+    fn places(&self) -> (Vec<u64>, u64) {
+        let m = self.m;
+        let zones: Vec<u64> = m
+            .nodes()
+            .iter()
+            .flat_map(|n| ZoneKind::ALL.map(|k| n.zone(k).counters().free))
+            .collect();
+        let pooled: u64 = m
+            .nodes()
+            .iter()
+            .flat_map(|n| {
+                HugeSize::ALL.map(|s| m.huge_counts(n.id(), s).total * s.order().frames())
+            })
+            .sum();
+        let total = zones.iter().sum::<u64>() + m.cached_pages() + self.handle_cached() + pooled;
+        (zones, total)
+    }
+
+    /// The free frames the live handles' caches hold.
+    fn handle_cached(&self) -> u64 {
+        self.handles
+            .iter()
+            .flatten()
+            .map(CpuHandle::cached_pages)
+            .sum()
+    }
+
+    /// A free through handle `i` (nothing without one), judged by the model: `how` picks
+    /// `free`, `free_clean`, or, for a valid order-0 free only, `free_unchecked`.
+    fn handle_free(&mut self, i: usize, pfn: Pfn, order: Order, how: u8) {
+        let held = self.model.get(&pfn.get()).copied();
+        let valid = held.is_some_and(|b| b.order == order && b.kind == Kind::Small);
+        let (_, before) = self.places();
+        let Some(h) = self.handles[i].as_mut() else {
+            return;
+        };
+        let cpu = h.cpu();
+        let result = match how % 3 {
+            0 if valid && order == Order::ZERO => {
+                // SAFETY: the model holds `pfn` as an order-0 block handed out and not freed
+                // since, and this is its one free: the harness runs one operation at a time.
+                #[allow(unsafe_code)]
+                unsafe {
+                    h.free_unchecked(pfn)
+                }
+            }
+            1 => h.free_clean(pfn, order),
+            _ => h.free(pfn, order),
+        };
+        if valid {
+            if let Err(e) = result {
+                panic!("valid free of {pfn:?}/{order:?} through {cpu}'s handle refused: {e:?}");
+            }
+            self.model.remove(&pfn.get());
+            self.freed.push((pfn, order, Kind::Small));
+            return;
+        }
+        let Err(e) = result else {
+            panic!(
+                "misuse accepted: free of {pfn:?}/{order:?} through {cpu}'s handle, model holds {held:?}"
+            );
+        };
+        assert_eq!(
+            self.places().1,
+            before,
+            "a refused free ({e:?}) through {cpu}'s handle moved frames"
+        );
+        self.check_error(e, pfn, order, Via::Cpu(cpu), held, true);
+    }
+
     /// The spans present, ascending.
     fn spans(&self) -> Vec<(NodeId, PhysRange)> {
         let mut v = self.present.clone();
@@ -981,8 +1291,26 @@ impl<'m, 'a> Harness<'m, 'a> {
             first = first.or(Some(Pfn::new(p)));
             pbs.extend((p >> 9)..=((end - 1) >> 9));
         }
+        // A claimed cache's pageblocks in the range are busy too, and may come first.
+        let claimed = self.handles.iter().any(Option::is_some);
         match (result, first) {
             (Ok(()), None) => {}
+            (Err(OfflineError::Busy { busy, pfn }), first) if claimed => {
+                assert!(
+                    busy >= pbs.len() as u64 && busy > 0 && first.is_none_or(|f| pfn <= f),
+                    "busy offline of {range:?} with claimed CPUs: {busy} pageblocks from \
+                     {pfn:?}, the model's {} from {first:?}",
+                    pbs.len()
+                );
+                if opts.keep_isolated {
+                    for (_, s) in &spans {
+                        if !self.isolated.contains(s) {
+                            self.isolated.push(*s);
+                        }
+                    }
+                }
+                return;
+            }
             (Err(OfflineError::Busy { busy, pfn }), Some(f)) => {
                 assert_eq!(
                     (busy, pfn),
@@ -1175,7 +1503,10 @@ impl<'m, 'a> Harness<'m, 'a> {
         );
     }
 
-    fn free_bulk(&mut self, picks: &[u16], bad: Option<(u8, u16)>) {
+    /// A bulk free of order-0 blocks of the model, through the machine or handle `handle`,
+    /// with `bad` slipping in a misuse. A refused bulk through the machine changes nothing; one
+    /// through a handle moves no frame (it may honour a drain request first).
+    fn free_bulk(&mut self, picks: &[u16], bad: Option<(u8, u16)>, handle: Option<usize>) {
         let m = self.m;
         let smalls: Vec<Pfn> = self
             .model
@@ -1217,7 +1548,12 @@ impl<'m, 'a> Harness<'m, 'a> {
                     .is_some_and(|b| b.order == Order::ZERO && b.kind == Kind::Small)
         });
         let before = Snap::of(m);
-        match (m.free_bulk(&list), first_bad) {
+        let (_, places) = self.places();
+        let result = match handle.and_then(|i| self.handles[i].as_mut()) {
+            Some(h) => h.free_bulk(&list),
+            None => m.free_bulk(&list),
+        };
+        match (result, first_bad) {
             (Ok(()), None) => {
                 for p in &list {
                     self.model.remove(&p.get());
@@ -1229,11 +1565,19 @@ impl<'m, 'a> Harness<'m, 'a> {
                     e.index, i,
                     "bulk free of {list:?} blamed the wrong entry: {e:?}"
                 );
-                assert_eq!(
-                    Snap::of(m),
-                    before,
-                    "a refused bulk free ({e:?}) changed the machine"
-                );
+                if handle.is_some() {
+                    assert_eq!(
+                        self.places().1,
+                        places,
+                        "a refused bulk free ({e:?}) through a handle moved frames"
+                    );
+                } else {
+                    assert_eq!(
+                        Snap::of(m),
+                        before,
+                        "a refused bulk free ({e:?}) changed the machine"
+                    );
+                }
                 if list[..i].contains(&list[i]) {
                     assert_eq!(e.error, FreeError::Duplicate { pfn: list[i] });
                 }
@@ -1428,11 +1772,12 @@ impl<'m, 'a> Harness<'m, 'a> {
             .filter(|b| b.kind == Kind::Small)
             .map(|b| b.order.frames())
             .sum();
+        let handles = self.handle_cached();
         assert_eq!(
-            free + m.cached_pages() + small + pooled + meta,
+            free + m.cached_pages() + handles + small + pooled + meta,
             managed,
-            "frames unaccounted for: free {free}, cached {}, handed out {small}, pooled {pooled}, \
-             metadata {meta}",
+            "frames unaccounted for: free {free}, cached {} (handles {handles}), handed out \
+             {small}, pooled {pooled}, metadata {meta}",
             m.cached_pages()
         );
     }
@@ -1481,6 +1826,7 @@ impl<'m, 'a> Harness<'m, 'a> {
     /// Gives everything back: every zone must merge back to its fully free state.
     fn teardown(mut self) {
         let m = self.m;
+        self.handles.clear();
         let blocks: Vec<(u64, Block)> = std::mem::take(&mut self.model).into_iter().collect();
         for (p, b) in blocks {
             let r = match b.kind {
@@ -1510,14 +1856,21 @@ impl<'m, 'a> Harness<'m, 'a> {
             .iter()
             .flat_map(|n| ZoneKind::ALL.map(|k| n.zone(k).counters().metadata));
         for ((i, z), meta) in s.zones.iter().enumerate().zip(metas) {
-            assert_eq!(z.free + meta, z.managed, "zone {i}: not every page came back");
+            assert_eq!(
+                z.free + meta,
+                z.managed,
+                "zone {i}: not every page came back"
+            );
             if meta == 0 {
                 assert_eq!(
                     z.buddyinfo, self.full[i],
                     "zone {i}: free blocks did not merge back"
                 );
             } else {
-                assert!(meta <= 512, "zone {i}: {meta} frames of metadata after a trim");
+                assert!(
+                    meta <= 512,
+                    "zone {i}: {meta} frames of metadata after a trim"
+                );
             }
         }
     }
@@ -1638,5 +1991,79 @@ mod tests {
             ],
         };
         run_input(&input);
+    }
+
+    /// A hand-written sequence through the handle operations: claims (a claimed CPU and an
+    /// unknown one refused), hot and bulk allocations, unchecked, clean and checked frees, a
+    /// double free, a wrong order, a drain request honoured at the next operation, a bulk free
+    /// with a misuse, the locked API of a claimed CPU, an offline while a CPU is claimed, and a
+    /// drop. (The fuzzer finds the rest.)
+    #[test]
+    fn handle_ops_follow_the_model() {
+        let free = |pick, mutate, how, again| HandleOp::Free {
+            cpu: 1,
+            pick,
+            mutate,
+            how,
+            again,
+        };
+        let alloc = |order| HandleOp::Alloc {
+            cpu: 1,
+            order,
+            flags: 0,
+        };
+        let input = HandleInput {
+            shape: 0,
+            fill: 0x5a,
+            min_free: 1,
+            pcp: (4, 64),
+            ops: vec![
+                HandleOp::Claim { cpu: 1 },
+                HandleOp::Claim { cpu: 1 },
+                HandleOp::Claim { cpu: 4 },
+                alloc(0),
+                alloc(3),
+                HandleOp::AllocBulk {
+                    cpu: 1,
+                    n: 40,
+                    flags: 0,
+                },
+                free(0, 0, 0, false),
+                free(0, 0, 0, true),
+                free(1, 0, 1, false),
+                free(1, 200, 2, false),
+                free(2, 250, 2, false),
+                HandleOp::Other(Op::AllocCpu {
+                    cpu: 1,
+                    order: 0,
+                    flags: 0,
+                }),
+                HandleOp::Other(Op::DrainCpu { cpu: 1 }),
+                HandleOp::Other(Op::DrainAll),
+                alloc(0),
+                HandleOp::FreeBulk {
+                    cpu: 1,
+                    picks: vec![0, 1, 2, 3],
+                    bad: Some((0, 2)),
+                },
+                HandleOp::FreeBulk {
+                    cpu: 1,
+                    picks: vec![0, 1, 2, 3],
+                    bad: None,
+                },
+                HandleOp::Other(Op::Offline {
+                    pick: 1,
+                    extend: 0,
+                    mutate: 0,
+                    offset: 0,
+                    keep: true,
+                    boot_order: false,
+                }),
+                free(0, 0, 2, false),
+                HandleOp::Release { cpu: 1 },
+                alloc(0),
+            ],
+        };
+        run_handle_input(&input);
     }
 }
