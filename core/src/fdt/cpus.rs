@@ -213,6 +213,75 @@ mod tests {
     }
 
     #[test]
+    fn a_disabled_memory_nodes_id_makes_its_node_possible_for_cpus_looking_up() {
+        // Linux's `of_numa_parse_memory_nodes` (drivers/of/of_numa.c) finds memory nodes with
+        // `for_each_node_by_type(np, "memory")`, which looks at no `status`, and marks the
+        // `numa-node-id` of each one with a `reg` range parsed (`numa_add_memblk`, then
+        // `node_set(nid, numa_nodes_parsed)`), whether or not the range is RAM
+        // (`early_init_dt_scan_memory` alone skips a disabled node). So node 2, named only by a
+        // disabled memory node, is possible, and a CPU without an id that finds 2 on `/cpus`
+        // is on node 2 (`of_node_to_nid`, `early_map_cpu_to_node`).
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        let memory = |base: u32, node: u32, status: Option<&str>| {
+            let mut m = TestNode::new("memory@0")
+                .prop("device_type", string("memory"))
+                .prop("reg", cells(&[0, base, 0, 1 << 30]))
+                .prop("numa-node-id", cells(&[node]));
+            if let Some(s) = status {
+                m = m.prop("status", string(s));
+            }
+            m
+        };
+        let root = TestNode::new("")
+            .prop("#address-cells", cells(&[2]))
+            .prop("#size-cells", cells(&[2]))
+            .child(memory(1 << 30, 0, None))
+            .child(memory(2 << 30, 1, None))
+            .child(memory(3 << 30, 2, Some("disabled")))
+            .child(
+                TestNode::new("cpus")
+                    .prop("numa-node-id", cells(&[2]))
+                    .child(TestNode::new("cpu@0").prop("device_type", string("cpu")))
+                    .child(
+                        TestNode::new("cpu@1")
+                            .prop("device_type", string("cpu"))
+                            .prop("numa-node-id", cells(&[1])),
+                    ),
+            );
+        let dtb = blob(&root, &[]);
+        let mut o = Out::new(4, 4, 4);
+        let mut t = o.topo();
+        parse(&dtb, &mut t).unwrap();
+        assert_eq!((t.nodes(), t.cpus()), (3, &[n(2), n(1)][..]));
+        // The disabled node's range is not memory.
+        assert_eq!(t.ranges().len(), 2);
+        // Without `reg`, Linux's NUMA set-up fails (`of_numa_parse_memory_nodes` needs a range
+        // of every memory node with an id), which is an error here, as for an enabled node;
+        // on a machine without NUMA nothing of it matters.
+        for numa in [true, false] {
+            let mut m = TestNode::new("memory@0")
+                .prop("device_type", string("memory"))
+                .prop("reg", cells(&[0, 1 << 30, 0, 1 << 30]));
+            if numa {
+                m = m.prop("numa-node-id", cells(&[0]));
+            }
+            let root = TestNode::new("")
+                .prop("#address-cells", cells(&[2]))
+                .prop("#size-cells", cells(&[2]))
+                .child(m)
+                .child(
+                    TestNode::new("memory@1")
+                        .prop("device_type", string("memory"))
+                        .prop("status", string("disabled"))
+                        .prop("numa-node-id", cells(&[1])),
+                );
+            let dtb = blob(&root, &[]);
+            let got = parse(&dtb, &mut Out::new(4, 4, 4).topo()).map(|_| ());
+            assert_eq!(got.is_err(), numa, "{got:?}");
+        }
+    }
+
+    #[test]
     fn the_cpus_node_is_walked_whatever_its_status() {
         // Linux's `of_get_next_cpu_node` finds `/cpus` by path (`of_find_node_by_path`), which
         // looks at no `status`: the CPUs below a `/cpus` marked "disabled" are still CPUs.

@@ -18,16 +18,16 @@
 //!   triple overrides it), so a one-sided matrix describes a symmetric machine.
 //! - A CPU without `numa-node-id` takes that of `/cpus`, or else that of the root (Linux's
 //!   `of_node_to_nid` walks up while the property is absent), if Linux finds that node
-//!   possible: named by a memory node, by a CPU's own `numa-node-id` or first in a distance
-//!   triple. Otherwise, or without one up there either, it belongs to node 0
+//!   possible: named by a memory node (whatever its `status`), by a CPU's own `numa-node-id` or
+//!   first in a distance triple. Otherwise, or without one up there either, it belongs to node 0
 //!   (`early_map_cpu_to_node`).
 //! - A tree whose memory nodes carry no `numa-node-id` describes a machine without NUMA: one node
 //!   0 with all memory and CPUs, whatever CPUs and distance map say (Linux's `dummy_numa_init`).
 //! - Memory ranges are rounded inwards to whole 4 KiB frames; a range that holds no whole frame
 //!   is dropped.
 //!
-//! The node count is one more than the largest node id named by a memory node, a CPU's node or
-//! the distance map. Node states are explicit: a node has memory if a memory range names it, and
+//! The node count is one more than the largest node id named by a memory node (whatever its
+//! `status`), a CPU's node or the distance map. Node states are explicit: a node has memory if a memory range names it, and
 //! CPUs if a CPU does.
 //!
 //! # Where Linux is lenient and numaframe is not

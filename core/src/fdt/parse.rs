@@ -32,7 +32,8 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     let mut bootargs = None;
     let mut memory_nodes = 0usize;
     let (mut nranges, mut ncpus) = (0usize, 0usize);
-    let mut cpu_error: Option<FdtError> = None;
+    // An error that matters only on a NUMA machine (a CPU's id, a disabled memory node's).
+    let mut numa_error: Option<FdtError> = None;
     // The nodes Linux marks parsed (`numa_nodes_parsed`), which become the possible ones: those
     // of memory nodes, of CPUs' own ids and first in a distance triple.
     let mut parsed = NodeMask::EMPTY;
@@ -45,6 +46,28 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
         let map = value::compatible_with(p.compatible, "numa-distance-map-v1");
         // Linux finds `/cpus` by path (`of_get_next_cpu_node`) and the distance map by its
         // compatible string (`of_find_compatible_node`), neither of which looks at a status.
+        // Linux's `of_numa_parse_memory_nodes` finds memory nodes by type, whatever their status,
+        // and marks the node of each with an id and a `reg` possible; only their ranges are not
+        // memory. A bad id or `reg` there fails Linux's NUMA set-up, and is an error here as for
+        // an enabled node; like a CPU's id, it matters only on a NUMA machine.
+        if !available && value::is(p.device_type, "memory") {
+            let id = memory::node_id(dtb, &p).and_then(|id| {
+                if id.is_some() {
+                    memory::for_each_range(dtb, &child, &p, cells, |_| {})?;
+                }
+                Ok(id)
+            });
+            match id {
+                Ok(Some(id)) => {
+                    parsed.insert(id);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    numa_error.get_or_insert(e);
+                }
+            }
+            return Ok(());
+        }
         if !available && child.name != "cpus" && !map {
             return Ok(());
         }
@@ -77,7 +100,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
                 };
                 // A CPU's id matters only on a NUMA machine: its error waits for `numa`.
                 let node = node.unwrap_or_else(|e| {
-                    cpu_error.get_or_insert(e);
+                    numa_error.get_or_insert(e);
                     NodeId::new(0)
                 });
                 if let Some(slot) = out.cpus.get_mut(ncpus) {
@@ -105,7 +128,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     if numa && let Some(at) = missing_id {
         return Err(FdtError::MissingNodeId { at });
     }
-    if numa && let Some(e) = cpu_error {
+    if numa && let Some(e) = numa_error {
         return Err(e);
     }
     if nranges > out.ranges.len() {
@@ -143,6 +166,8 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
         }
         max_id = out.cpus[..ncpus]
             .iter()
+            .copied()
+            .chain(&parsed)
             .map(|n| n.index())
             .fold(max_id, usize::max);
     } else {
