@@ -1,14 +1,61 @@
-//! The distance map: a child of the root with `compatible = "numa-distance-map-v1"`, whatever
-//! its `status`, whose `distance-matrix` holds `(from, to, distance)` triples, read with Linux's
+//! The distance map: the first node of the tree with `compatible = "numa-distance-map-v1"`,
+//! whatever its `status`, whose `distance-matrix` holds `(from, to, distance)` triples, read with Linux's
 //! defaults and mirroring (see the [module docs](super)).
 #![deny(unsafe_code)]
 
 use super::error::FdtError;
-use super::value::{be32, offset_in};
+use super::tree::{Tree, Visit};
+use super::value::{self, be32, offset_in};
 use crate::topology::{LOCAL_DISTANCE, NodeId, NodeMask, valid_firmware_distance};
 
 /// Linux's default distance between two different nodes (`REMOTE_DISTANCE`).
 pub const REMOTE_DISTANCE: u8 = 20;
+
+/// Depth below which Linux's `unflatten_dt_nodes` keeps no node (`FDT_MAX_DEPTH - 1`, the root
+/// at depth 0).
+const MAX_DEPTH: usize = 63;
+
+/// The `distance-matrix` of the distance map: the first node compatible with
+/// `numa-distance-map-v1` in the order Linux's `of_find_compatible_node` walks the whole tree
+/// (the root, then each child before its children, in tree order), whatever its status.
+/// `None` without one; `Some(Err)` if the map has no `distance-matrix`.
+///
+/// # Errors
+/// A malformed node met before the map.
+pub(super) fn find<'d>(
+    tree: &Tree<'d>,
+    v: &Visit<'d>,
+    depth: usize,
+) -> Result<Option<Result<&'d [u8], FdtError>>, FdtError> {
+    if let Some(matrix) = map_matrix(tree, v)? {
+        return Ok(Some(matrix));
+    }
+    let mut found = None;
+    if depth + 1 < MAX_DEPTH {
+        tree.children(v, |child| {
+            if found.is_none() {
+                found = find(tree, &child, depth + 1)?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(found)
+}
+
+/// `find` for `v` alone, out of line so that the recursion's frames hold no properties.
+#[inline(never)]
+fn map_matrix<'d>(
+    tree: &Tree<'d>,
+    v: &Visit<'d>,
+) -> Result<Option<Result<&'d [u8], FdtError>>, FdtError> {
+    let p = tree.props(v)?;
+    Ok(
+        value::compatible_with(p.compatible, "numa-distance-map-v1").then(|| {
+            p.distance_matrix
+                .ok_or(FdtError::BadProperty { at: v.at, len: 0 })
+        }),
+    )
+}
 
 /// The largest node id the triples of `matrix` name.
 ///
@@ -163,6 +210,66 @@ mod tests {
             let mut t = o.topo();
             parse(&dtb, &mut t).unwrap();
             assert_eq!(t.distances(), &[10, 15, 15, 10], "status {status:?}");
+        }
+    }
+
+    #[test]
+    fn the_distance_map_is_the_first_compatible_node_anywhere_in_the_tree() {
+        // Linux's `of_numa_parse_distance_map` takes
+        // `of_find_compatible_node(NULL, NULL, "numa-distance-map-v1")` (drivers/of/of_numa.c):
+        // the first compatible node of the whole tree, walked from the root parents before
+        // children in tree order (`for_each_of_allnodes_from`, `__of_find_all_nodes`,
+        // drivers/of/base.c), not only among the root's children. A map below `/soc` comes
+        // before a later child of the root.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        let memory = |base: u32, node: u32| {
+            TestNode::new("memory@0")
+                .prop("device_type", string("memory"))
+                .prop("reg", cells(&[0, base, 0, 1 << 30]))
+                .prop("numa-node-id", cells(&[node]))
+        };
+        let map = |d: u32| {
+            TestNode::new("distance-map")
+                .prop("compatible", string("numa-distance-map-v1"))
+                .prop("distance-matrix", cells(&[0, 1, d]))
+        };
+        let tree = |later: bool| {
+            let mut root = TestNode::new("")
+                .prop("#address-cells", cells(&[2]))
+                .prop("#size-cells", cells(&[2]))
+                .child(memory(1 << 30, 0))
+                .child(memory(2 << 30, 1))
+                .child(TestNode::new("soc").child(TestNode::new("bus").child(map(15))));
+            if later {
+                root = root.child(map(25));
+            }
+            blob(&root, &[])
+        };
+        for later in [false, true] {
+            let dtb = tree(later);
+            let mut o = Out::new(2, 2, 0);
+            let mut t = o.topo();
+            parse(&dtb, &mut t).unwrap();
+            assert_eq!(t.distances(), &[10, 15, 15, 10], "a later map: {later}");
+        }
+        // `unflatten_dt_nodes` (drivers/of/fdt.c) keeps no node at depth `FDT_MAX_DEPTH - 1`
+        // (63, the root at 0) or deeper: a map there is not found.
+        for (depth, d) in [(62, 15), (63, 20)] {
+            let mut node = map(15);
+            for _ in 1..depth {
+                node = TestNode::new("bus").child(node);
+            }
+            let root = TestNode::new("")
+                .prop("#address-cells", cells(&[2]))
+                .prop("#size-cells", cells(&[2]))
+                .child(memory(1 << 30, 0))
+                .child(memory(2 << 30, 1))
+                .child(node);
+            let dtb = blob(&root, &[]);
+            let mut o = Out::new(2, 2, 0);
+            let mut t = o.topo();
+            parse(&dtb, &mut t).unwrap();
+            assert_eq!(t.distances(), &[10, d, d, 10], "a map at depth {depth}");
         }
     }
 

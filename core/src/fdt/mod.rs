@@ -7,9 +7,9 @@
 //!   `numa-node-id`;
 //! - CPU nodes (children of `/cpus` named `cpu` or with `device_type = "cpu"`, a `"disabled"`
 //!   one included, a `"fail"` one not, as Linux's `for_each_of_cpu_node`) with `numa-node-id`;
-//! - the distance map (a child of the root with `compatible = "numa-distance-map-v1"`, whatever
-//!   its `status`, as Linux's `of_find_compatible_node`), whose `distance-matrix` holds
-//!   `(from, to, distance)` triples;
+//! - the distance map (the first node of the tree with `compatible = "numa-distance-map-v1"`,
+//!   at any depth and whatever its `status`, as Linux's `of_find_compatible_node`), whose
+//!   `distance-matrix` holds `(from, to, distance)` triples;
 //! - `/chosen/bootargs`.
 //!
 //! The rules follow Linux's:

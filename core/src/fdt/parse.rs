@@ -1,5 +1,5 @@
-//! [`parse`]: one walk over the root's children (memory nodes, `/cpus`, `/chosen`, the distance
-//! map), then the tables sized from what it found and filled.
+//! [`parse`]: one walk over the root's children (memory nodes, `/cpus`, `/chosen`), a search
+//! of the tree for the distance map, then the tables sized from what it found and filled.
 #![deny(unsafe_code)]
 
 use super::error::{FdtError, Table};
@@ -28,7 +28,6 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     let mut max_id = 0usize;
     let mut numa = false;
     let mut missing_id: Option<usize> = None;
-    let mut matrix: Option<Result<&'d [u8], FdtError>> = None;
     let mut bootargs = None;
     let mut memory_nodes = 0usize;
     let (mut nranges, mut ncpus) = (0usize, 0usize);
@@ -43,9 +42,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     tree.children(&root, |child| {
         let p = tree.props(&child)?;
         let available = value::available(p.status);
-        let map = value::compatible_with(p.compatible, "numa-distance-map-v1");
-        // Linux finds `/cpus` by path (`of_get_next_cpu_node`) and the distance map by its
-        // compatible string (`of_find_compatible_node`), neither of which looks at a status.
+        // Linux finds `/cpus` by path (`of_get_next_cpu_node`), which looks at no status.
         // Linux's `of_numa_parse_memory_nodes` finds memory nodes by type, whatever their status,
         // and marks the node of each with an id and a `reg` possible; only their ranges are not
         // memory. A bad id or `reg` there fails Linux's NUMA set-up, and is an error here as for
@@ -68,7 +65,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
             }
             return Ok(());
         }
-        if !available && child.name != "cpus" && !map {
+        if !available && child.name != "cpus" {
             return Ok(());
         }
         if available && value::is(p.device_type, "memory") {
@@ -108,16 +105,10 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
                 }
                 ncpus += 1;
             })?;
-        } else if available && child.name == "chosen" {
-            if let Some(v) = p.bootargs {
-                bootargs = Some(value::string(dtb, v)?);
-            }
-        } else if map && matrix.is_none() {
-            // Like a CPU's id, the map matters only on a NUMA machine.
-            matrix = Some(p.distance_matrix.ok_or(FdtError::BadProperty {
-                at: child.at,
-                len: 0,
-            }));
+        } else if child.name == "chosen"
+            && let Some(v) = p.bootargs
+        {
+            bootargs = Some(value::string(dtb, v)?);
         }
         Ok(())
     })?;
@@ -148,7 +139,12 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
 
     // A tree whose memory nodes carry no `numa-node-id` describes a machine without NUMA: one
     // node with everything, whatever CPUs and distance map say (Linux's `dummy_numa_init`).
-    let matrix = if numa { matrix.transpose()? } else { None };
+    // Like a CPU's id, the distance map matters only on a NUMA machine.
+    let matrix = if numa {
+        distance::find(&tree, &root, 0)?.transpose()?
+    } else {
+        None
+    };
     if numa {
         if let Some(m) = matrix {
             max_id = max_id.max(distance::max_node(dtb, m)?);
