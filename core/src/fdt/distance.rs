@@ -274,6 +274,35 @@ mod tests {
     }
 
     #[test]
+    fn the_distance_maps_compatible_string_matches_in_any_case() {
+        // Linux's `__of_device_is_compatible` (drivers/of/base.c) compares each string of
+        // `compatible` with `of_compat_cmp`, which is `strcasecmp` (include/linux/of.h; only
+        // sparc overrides it): `of_find_compatible_node` finds "NUMA-Distance-Map-V1" too.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        let memory = |base: u32, node: u32| {
+            TestNode::new("memory@0")
+                .prop("device_type", string("memory"))
+                .prop("reg", cells(&[0, base, 0, 1 << 30]))
+                .prop("numa-node-id", cells(&[node]))
+        };
+        let root = TestNode::new("")
+            .prop("#address-cells", cells(&[2]))
+            .prop("#size-cells", cells(&[2]))
+            .child(memory(1 << 30, 0))
+            .child(memory(2 << 30, 1))
+            .child(
+                TestNode::new("distance-map")
+                    .prop("compatible", string("NUMA-Distance-Map-V1"))
+                    .prop("distance-matrix", cells(&[0, 1, 15])),
+            );
+        let dtb = blob(&root, &[]);
+        let mut o = Out::new(2, 2, 0);
+        let mut t = o.topo();
+        parse(&dtb, &mut t).unwrap();
+        assert_eq!(t.distances(), &[10, 15, 15, 10]);
+    }
+
+    #[test]
     fn distances_break_no_slit_rule() {
         assert!(matches!(
             error_of(&machine(&[(Some(0), G, G)], &[], Some(&[(0, 0, 12)]), None)),

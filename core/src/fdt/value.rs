@@ -157,9 +157,13 @@ pub(super) fn failed(status: Option<&[u8]>) -> bool {
     })
 }
 
-/// `true` if a `compatible` string list names `s`.
+/// `true` if a `compatible` string list names `s`, in any case (Linux's `of_compat_cmp` is
+/// `strcasecmp`).
 pub(super) fn compatible_with(compatible: Option<&[u8]>, s: &str) -> bool {
-    compatible.is_some_and(|v| v.split(|b| *b == 0).any(|c| c == s.as_bytes()))
+    compatible.is_some_and(|v| {
+        v.split(|b| *b == 0)
+            .any(|c| c.eq_ignore_ascii_case(s.as_bytes()))
+    })
 }
 
 #[cfg(test)]
