@@ -395,12 +395,13 @@ pub fn run_input(input: &Input) {
 /// Runs one input of the `handles` target; panics on any broken promise.
 pub fn run_handles(data: &[u8]) {
     if let Ok(input) = HandleInput::arbitrary_take_rest(Unstructured::new(data)) {
-        run_handle_input(&input);
+        let _ = run_handle_input(&input);
     }
 }
 
-/// Runs one decoded input of the `handles` target; panics on any broken promise.
-pub fn run_handle_input(input: &HandleInput) {
+/// Runs one decoded input of the `handles` target; panics on any broken promise. Returns
+/// which handle paths it reached.
+pub fn run_handle_input(input: &HandleInput) -> Reached {
     run_ops(
         Header {
             shape: input.shape,
@@ -409,7 +410,7 @@ pub fn run_handle_input(input: &HandleInput) {
             pcp: input.pcp,
         },
         &input.ops,
-    );
+    )
 }
 
 /// An operation the harness applies.
@@ -439,8 +440,8 @@ impl Step for HandleOp {
 }
 
 /// Boots the machine `input` describes, runs `ops` on it, checking after each, and gives
-/// everything back.
-fn run_ops(input: Header, ops: &[impl Step]) {
+/// everything back; returns which handle paths the operations reached.
+fn run_ops(input: Header, ops: &[impl Step]) -> Reached {
     let shape = SHAPES[usize::from(input.shape) % SHAPES.len()];
     let spec = Spec::with_hot_add_target(
         shape
@@ -474,7 +475,9 @@ fn run_ops(input: Header, ops: &[impl Step]) {
         h.check();
         h.check_cleared(rule, &cleared.take());
     }
+    let reached = h.reached;
     h.teardown();
+    reached
 }
 
 /// What every input decodes before its operations: the machine's shape, the byte its memory
@@ -520,6 +523,18 @@ struct Harness<'m, 'a> {
     policies: [Option<TaskPolicy>; 2],
     /// The live handle of each of the machine's CPUs.
     handles: Vec<Option<CpuHandle<'m, 'a>>>,
+    /// Which of the handle paths the operations reached.
+    reached: Reached,
+}
+
+/// Which handle paths a run of the `handles` target reached, so that a hand-written sequence
+/// can show it exercises what it says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reached {
+    /// Valid frees through [`CpuHandle::free_unchecked`].
+    pub unchecked: u32,
+    /// Offlines refused as busy while a handle lived (judged by the claimed-CPU rule).
+    pub claimed_busy: u32,
 }
 
 impl<'m, 'a> Harness<'m, 'a> {
@@ -552,6 +567,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             known_cpus,
             policies: [None, None],
             handles: (0..known_cpus).map(|_| None).collect(),
+            reached: Reached::default(),
         }
     }
 
@@ -1146,6 +1162,7 @@ impl<'m, 'a> Harness<'m, 'a> {
         let cpu = h.cpu();
         let result = match how % 3 {
             0 if valid && order == Order::ZERO => {
+                self.reached.unchecked += 1;
                 // SAFETY: the model holds `pfn` as an order-0 block handed out and not freed
                 // since, and this is its one free: the harness runs one operation at a time.
                 #[allow(unsafe_code)]
@@ -1296,6 +1313,7 @@ impl<'m, 'a> Harness<'m, 'a> {
         match (result, first) {
             (Ok(()), None) => {}
             (Err(OfflineError::Busy { busy, pfn }), first) if claimed => {
+                self.reached.claimed_busy += 1;
                 assert!(
                     busy >= pbs.len() as u64 && busy > 0 && first.is_none_or(|f| pfn <= f),
                     "busy offline of {range:?} with claimed CPUs: {busy} pageblocks from \
@@ -1996,8 +2014,9 @@ mod tests {
     /// A hand-written sequence through the handle operations: claims (a claimed CPU and an
     /// unknown one refused), hot and bulk allocations, unchecked, clean and checked frees, a
     /// double free, a wrong order, a drain request honoured at the next operation, a bulk free
-    /// with a misuse, the locked API of a claimed CPU, an offline while a CPU is claimed, and a
-    /// drop. (The fuzzer finds the rest.)
+    /// with a misuse, the locked API of a claimed CPU, a busy offline of a hot-added span while
+    /// a CPU is claimed, and a drop. (The fuzzer finds the rest.) It checks that it reached the
+    /// unchecked free and the claimed-CPU offline rule.
     #[test]
     fn handle_ops_follow_the_model() {
         let free = |pick, mutate, how, again| HandleOp::Free {
@@ -2033,6 +2052,7 @@ mod tests {
                 free(1, 0, 1, false),
                 free(1, 200, 2, false),
                 free(2, 250, 2, false),
+                free(1, 0, 0, false),
                 HandleOp::Other(Op::AllocCpu {
                     cpu: 1,
                     order: 0,
@@ -2051,12 +2071,25 @@ mod tests {
                     picks: vec![0, 1, 2, 3],
                     bad: None,
                 },
+                HandleOp::Other(Op::HotAdd {
+                    node: 2,
+                    anchor: 2,
+                    offset: 0,
+                    len: 4096,
+                    scale: 0,
+                    boot_order: false,
+                }),
+                HandleOp::Other(Op::Alloc {
+                    node: 2,
+                    order: 0,
+                    flags: 1,
+                }),
                 HandleOp::Other(Op::Offline {
-                    pick: 1,
+                    pick: 3,
                     extend: 0,
                     mutate: 0,
-                    offset: 0,
-                    keep: true,
+                    offset: 3,
+                    keep: false,
                     boot_order: false,
                 }),
                 free(0, 0, 2, false),
@@ -2064,6 +2097,10 @@ mod tests {
                 alloc(0),
             ],
         };
-        run_handle_input(&input);
+        let reached = run_handle_input(&input);
+        assert!(
+            reached.unchecked > 0 && reached.claimed_busy > 0,
+            "the sequence missed a path it names: {reached:?}"
+        );
     }
 }
