@@ -26,7 +26,7 @@
 //! judged by the frames it must not move: every frame stays free, cached or handed out as it
 //! was.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, OnceLock};
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -504,6 +504,9 @@ struct Harness<'m, 'a> {
     model: BTreeMap<u64, Block>,
     /// Blocks freed earlier, for double frees.
     freed: Vec<(Pfn, Order, Kind)>,
+    /// Frames freed with `free_unchecked` and not handed out since: its contract forbids any
+    /// other free of them until then, so no operation frees them (nor a block over them).
+    unchecked: BTreeSet<u64>,
     /// Every span the machine has (the zone parts of the ranges given at boot or by a
     /// successful hot-add, split at 4 GiB, metadata included), with its node.
     present: Vec<(NodeId, PhysRange)>,
@@ -557,6 +560,7 @@ impl<'m, 'a> Harness<'m, 'a> {
             mem,
             model: BTreeMap::new(),
             freed: Vec::new(),
+            unchecked: BTreeSet::new(),
             present,
             gone: Vec::new(),
             isolated: Vec::new(),
@@ -626,7 +630,24 @@ impl<'m, 'a> Harness<'m, 'a> {
             self.isolated
         );
         self.model.insert(pfn.get(), Block { order, kind });
+        let frames: Vec<u64> = self
+            .unchecked
+            .range(pfn.get()..pfn.get() + order.frames())
+            .copied()
+            .collect();
+        for f in frames {
+            self.unchecked.remove(&f);
+        }
         node
+    }
+
+    /// `true` if a free of the block of `order` at `pfn` would cover a frame freed with
+    /// `free_unchecked` and not handed out since (see `unchecked`).
+    fn covers_unchecked(&self, pfn: Pfn, order: Order) -> bool {
+        self.unchecked
+            .range(pfn.get()..pfn.get().saturating_add(order.frames()))
+            .next()
+            .is_some()
     }
 
     fn took_flags(&mut self, pfn: Pfn, order: Order, flags: AllocFlags, preferred: NodeId) {
@@ -1046,11 +1067,15 @@ impl<'m, 'a> Harness<'m, 'a> {
                 }
             }
             HandleOp::Release { cpu } => {
-                let i = self.handle_index(cpu);
+                let Some(i) = self.handle_index(cpu) else {
+                    return;
+                };
                 self.handles[i] = None;
             }
             HandleOp::Alloc { cpu, order, flags } => {
-                let i = self.handle_index(cpu);
+                let Some(i) = self.handle_index(cpu) else {
+                    return;
+                };
                 let (order, flags) = (order_of(order), flags_of(flags));
                 let Some(h) = self.handles[i].as_mut() else {
                     return;
@@ -1061,7 +1086,9 @@ impl<'m, 'a> Harness<'m, 'a> {
                 }
             }
             HandleOp::AllocBulk { cpu, n, flags } => {
-                let i = self.handle_index(cpu);
+                let Some(i) = self.handle_index(cpu) else {
+                    return;
+                };
                 let flags = flags_of(flags);
                 let Some(h) = self.handles[i].as_mut() else {
                     return;
@@ -1081,7 +1108,9 @@ impl<'m, 'a> Harness<'m, 'a> {
                 how,
                 again,
             } => {
-                let i = self.handle_index(cpu);
+                let Some(i) = self.handle_index(cpu) else {
+                    return;
+                };
                 // A huge page of the model given to a handle is misuse, which the model judges.
                 let (mut pfn, mut order) = if again {
                     let Some(&(pfn, order, _)) =
@@ -1108,7 +1137,9 @@ impl<'m, 'a> Harness<'m, 'a> {
                 ref picks,
                 bad,
             } => {
-                let i = self.handle_index(cpu);
+                let Some(i) = self.handle_index(cpu) else {
+                    return;
+                };
                 if self.handles[i].is_some() {
                     self.free_bulk(picks, bad, Some(i));
                 }
@@ -1116,9 +1147,11 @@ impl<'m, 'a> Harness<'m, 'a> {
         }
     }
 
-    /// The index of the machine's CPU `x` names.
-    fn handle_index(&self, x: u8) -> usize {
-        usize::from(x) % self.known_cpus
+    /// The index of the machine's CPU `x` names, as [`Harness::cpu`] names it; `None` for a
+    /// CPU the machine does not know (which has no handle).
+    fn handle_index(&self, x: u8) -> Option<usize> {
+        let (cpu, known) = self.cpu(x);
+        known.then_some(cpu.index())
     }
 
     /// Every frame's place that no operation may change by failing: free in a zone, cached
@@ -1153,6 +1186,9 @@ impl<'m, 'a> Harness<'m, 'a> {
     /// A free through handle `i` (nothing without one), judged by the model: `how` picks
     /// `free`, `free_clean`, or, for a valid order-0 free only, `free_unchecked`.
     fn handle_free(&mut self, i: usize, pfn: Pfn, order: Order, how: u8) {
+        if self.covers_unchecked(pfn, order) {
+            return;
+        }
         let held = self.model.get(&pfn.get()).copied();
         let valid = held.is_some_and(|b| b.order == order && b.kind == Kind::Small);
         let (_, before) = self.places();
@@ -1160,25 +1196,31 @@ impl<'m, 'a> Harness<'m, 'a> {
             return;
         };
         let cpu = h.cpu();
-        let result = match how % 3 {
-            0 if valid && order == Order::ZERO => {
-                self.reached.unchecked += 1;
-                // SAFETY: the model holds `pfn` as an order-0 block handed out and not freed
-                // since, and this is its one free: the harness runs one operation at a time.
-                #[allow(unsafe_code)]
-                unsafe {
-                    h.free_unchecked(pfn)
-                }
+        let unchecked = how.is_multiple_of(3) && valid && order == Order::ZERO;
+        let result = if unchecked {
+            self.reached.unchecked += 1;
+            // SAFETY: the model holds `pfn` as an order-0 block handed out and not freed
+            // since; the harness runs one operation at a time, and no operation frees `pfn`
+            // (or a block over it) again until it is handed out again (`unchecked`).
+            #[allow(unsafe_code)]
+            unsafe {
+                h.free_unchecked(pfn)
             }
-            1 => h.free_clean(pfn, order),
-            _ => h.free(pfn, order),
+        } else if how % 3 == 1 {
+            h.free_clean(pfn, order)
+        } else {
+            h.free(pfn, order)
         };
         if valid {
             if let Err(e) = result {
                 panic!("valid free of {pfn:?}/{order:?} through {cpu}'s handle refused: {e:?}");
             }
             self.model.remove(&pfn.get());
-            self.freed.push((pfn, order, Kind::Small));
+            if unchecked {
+                self.unchecked.insert(pfn.get());
+            } else {
+                self.freed.push((pfn, order, Kind::Small));
+            }
             return;
         }
         let Err(e) = result else {
@@ -1308,17 +1350,20 @@ impl<'m, 'a> Harness<'m, 'a> {
             first = first.or(Some(Pfn::new(p)));
             pbs.extend((p >> 9)..=((end - 1) >> 9));
         }
-        // A claimed cache's pageblocks in the range are busy too, and may come first.
-        let claimed = self.handles.iter().any(Option::is_some);
+        // A claimed cache's pageblocks in the range are busy too (at most its four slots), and
+        // may come first.
+        let claimed = self.handles.iter().flatten().count() as u64;
         match (result, first) {
             (Ok(()), None) => {}
-            (Err(OfflineError::Busy { busy, pfn }), first) if claimed => {
+            (Err(OfflineError::Busy { busy, pfn }), first) if claimed > 0 => {
                 self.reached.claimed_busy += 1;
+                let model = pbs.len() as u64;
                 assert!(
-                    busy >= pbs.len() as u64 && busy > 0 && first.is_none_or(|f| pfn <= f),
-                    "busy offline of {range:?} with claimed CPUs: {busy} pageblocks from \
-                     {pfn:?}, the model's {} from {first:?}",
-                    pbs.len()
+                    (model.max(1)..=model + 4 * claimed).contains(&busy)
+                        && range.contains(pfn)
+                        && first.is_none_or(|f| pfn <= f),
+                    "busy offline of {range:?} with {claimed} claimed CPUs: {busy} pageblocks \
+                     from {pfn:?}, the model's {model} from {first:?}"
                 );
                 if opts.keep_isolated {
                     for (_, s) in &spans {
@@ -1427,6 +1472,9 @@ impl<'m, 'a> Harness<'m, 'a> {
             Via::Huge(s) => (s.order(), Kind::Huge(s)),
             Via::Free | Via::Cpu(_) | Via::Clean | Via::CpuClean(_) => (order, Kind::Small),
         };
+        if self.covers_unchecked(pfn, order) {
+            return;
+        }
         let known_cpu = match via {
             Via::Cpu(c) | Via::CpuClean(c) => c.index() < self.known_cpus,
             _ => true,
@@ -1556,6 +1604,9 @@ impl<'m, 'a> Harness<'m, 'a> {
                 _ => Pfn::new(self.anchors[usize::from(what) % self.anchors.len()]),
             };
             list.insert(at, intruder);
+        }
+        if list.iter().any(|&p| self.covers_unchecked(p, Order::ZERO)) {
+            return;
         }
         // The first entry that is not a distinct order-0 block of the model.
         let first_bad = list.iter().enumerate().position(|(i, p)| {
