@@ -306,4 +306,42 @@ mod tests {
         parse(&dtb, &mut t).unwrap();
         assert_eq!(t.cpus(), &[n(0), n(0)]);
     }
+
+    #[test]
+    fn the_cpus_node_is_the_first_child_of_the_root_named_exactly_cpus() {
+        // Linux's `of_get_next_cpu_node` takes `of_find_node_by_path("/cpus")`, which
+        // (`__of_find_node_by_path`) compares each child's whole name, unit address included,
+        // with "cpus" and returns the first that matches: a `cpus@0` is not `/cpus`, and the
+        // CPUs of a second `cpus` node are not walked.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        let cpus = |name: &'static str, count: usize| {
+            (0..count).fold(TestNode::new(name), |c, _| {
+                c.child(TestNode::new("cpu@0").prop("device_type", string("cpu")))
+            })
+        };
+        let tree = |first: TestNode, second: Option<TestNode>| {
+            let mut root = TestNode::new("")
+                .prop("#address-cells", cells(&[2]))
+                .prop("#size-cells", cells(&[2]))
+                .child(
+                    TestNode::new("memory@0")
+                        .prop("device_type", string("memory"))
+                        .prop("reg", cells(&[0, 1 << 30, 0, 1 << 30])),
+                )
+                .child(first);
+            if let Some(s) = second {
+                root = root.child(s);
+            }
+            blob(&root, &[])
+        };
+        let count = |dtb: &[u8]| {
+            let mut o = Out::new(1, 1, 8);
+            let mut t = o.topo();
+            parse(dtb, &mut t).unwrap();
+            t.cpus().len()
+        };
+        assert_eq!(count(&tree(cpus("cpus@0", 2), None)), 0);
+        assert_eq!(count(&tree(cpus("cpus@0", 2), Some(cpus("cpus", 3)))), 3);
+        assert_eq!(count(&tree(cpus("cpus", 1), Some(cpus("cpus", 3)))), 1);
+    }
 }

@@ -7,10 +7,15 @@
 //!   `numa-node-id`;
 //! - CPU nodes (children of `/cpus` named `cpu` or with `device_type = "cpu"`, a `"disabled"`
 //!   one included, a `"fail"` one not, as Linux's `for_each_of_cpu_node`) with `numa-node-id`;
+//!   `/cpus` is the first child of the root named exactly `cpus`, whatever its status, as
+//!   Linux's `of_find_node_by_path` finds it (a `cpus@0` is not it);
 //! - the distance map (the first node of the tree with `compatible = "numa-distance-map-v1"`,
 //!   at any depth and whatever its `status`, as Linux's `of_find_compatible_node`), whose
 //!   `distance-matrix` holds `(from, to, distance)` triples;
-//! - `/chosen/bootargs`.
+//! - `/chosen/bootargs`, from the first child of the root named `chosen` (with or without a
+//!   unit address) whatever its status, as Linux's `early_init_dt_scan_chosen` finds it with
+//!   `fdt_path_offset`, and read as it copies it: an empty value is no command line, and the
+//!   command line is the value's bytes before its first NUL (all but its last byte without one).
 //!
 //! The rules follow Linux's:
 //! - Without a distance map every distance is Linux's default: 10 local, 20 remote. A triple
@@ -38,7 +43,10 @@
 //! specification forbids, is [`Malformed::UnnamedNode`]. And on a NUMA machine a CPU's
 //! `numa-node-id` that is not one cell or names node [`MAX_NODES`](crate::MAX_NODES)
 //! or more (its own, or that of `/cpus` or the root that it looks up to) is a typed error, where
-//! Linux puts the CPU on node 0 (reading a longer value by its first cell).
+//! Linux puts the CPU on node 0 (reading a longer value by its first cell). A command line
+//! that is not UTF-8 is [`FdtError::BadProperty`], and one longer than Linux's
+//! `COMMAND_LINE_SIZE` (2,048 bytes on arm64) is kept whole, where Linux copies its bytes and
+//! cuts it there.
 //!
 //! # Malformed input
 //! [`parse`] never panics, whatever the bytes: it checks the header and block bounds itself,

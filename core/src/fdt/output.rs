@@ -83,7 +83,8 @@ pub struct FdtInfo<'d> {
     pub total_size: usize,
     /// `boot_cpuid_phys` from the header.
     pub boot_cpuid: u32,
-    /// `/chosen/bootargs`, without its NUL.
+    /// `/chosen/bootargs` as Linux reads it: the bytes before its first NUL, `None` if the
+    /// value is empty or there is no `/chosen` (see the [module docs](super)).
     pub bootargs: Option<&'d str>,
     /// `true` if memory nodes carry `numa-node-id` (otherwise the machine is one node).
     pub numa: bool,

@@ -29,6 +29,9 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     let mut numa = false;
     let mut missing_id: Option<usize> = None;
     let mut bootargs = None;
+    // Linux's lookups by path take the first match: `/chosen` (`fdt_path_offset`, which also
+    // takes a `chosen@…`) and `/cpus` (`of_find_node_by_path`, the name exactly).
+    let (mut chosen, mut cpus_seen) = (false, false);
     let mut memory_nodes = 0usize;
     let (mut nranges, mut ncpus) = (0usize, 0usize);
     // An error that matters only on a NUMA machine (a CPU's id, a disabled memory node's).
@@ -42,7 +45,10 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     tree.children(&root, |child| {
         let p = tree.props(&child)?;
         let available = value::available(p.status);
-        // Linux finds `/cpus` by path (`of_get_next_cpu_node`), which looks at no status.
+        // Linux finds `/cpus` (`of_get_next_cpu_node`) and `/chosen` (`early_init_dt_scan_chosen`)
+        // by path, which looks at no status.
+        let is_cpus = !cpus_seen && child.name == "cpus" && tree.unit_address(&child)?.is_none();
+        let is_chosen = !chosen && child.name == "chosen";
         // Linux's `of_numa_parse_memory_nodes` finds memory nodes by type, whatever their status,
         // and marks the node of each with an id and a `reg` possible; only their ranges are not
         // memory. A bad id or `reg` there fails Linux's NUMA set-up, and is an error here as for
@@ -65,7 +71,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
             }
             return Ok(());
         }
-        if !available && child.name != "cpus" {
+        if !available && !is_cpus && !is_chosen {
             return Ok(());
         }
         if available && value::is(p.device_type, "memory") {
@@ -85,7 +91,8 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
                 }
                 nranges += 1;
             })?;
-        } else if child.name == "cpus" {
+        } else if is_cpus {
+            cpus_seen = true;
             let up = cpus::parent_node(dtb, &p, &rp);
             cpus::for_each_cpu(&tree, &child, |own| {
                 let node = match (own, up) {
@@ -105,10 +112,11 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
                 }
                 ncpus += 1;
             })?;
-        } else if child.name == "chosen"
-            && let Some(v) = p.bootargs
-        {
-            bootargs = Some(value::string(dtb, v)?);
+        } else if is_chosen {
+            chosen = true;
+            if let Some(v) = p.bootargs {
+                bootargs = value::bootargs(dtb, v)?;
+            }
         }
         Ok(())
     })?;
@@ -235,6 +243,63 @@ mod tests {
         assert!(info.numa);
         assert_eq!(info.total_size, dtb.len());
         t.topology().unwrap();
+    }
+
+    #[test]
+    fn bootargs_are_read_from_the_first_chosen_node_as_linux_copies_them() {
+        // Linux's `early_init_dt_scan_chosen` (drivers/of/fdt.c) takes `fdt_path_offset(fdt,
+        // "/chosen")`: the first child of the root named `chosen`, with or without a unit
+        // address (libfdt's `fdt_nodename_eq_`), whatever its status. It ignores an empty
+        // `bootargs` and copies a value of length `l` with `strscpy(cmdline, p, l)`: the bytes
+        // before the first NUL, at most `l - 1` of them.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        fn chosen(name: &'static str, status: Option<&str>, args: &[u8]) -> TestNode {
+            let c = TestNode::new(name).prop("bootargs", args.into());
+            match status {
+                Some(s) => c.prop("status", string(s)),
+                None => c,
+            }
+        }
+        // `Err` holds the length of the value a `BadProperty` names.
+        fn read(nodes: impl IntoIterator<Item = TestNode>, want: Result<Option<&str>, usize>) {
+            let root = nodes.into_iter().fold(
+                TestNode::new("")
+                    .prop("#address-cells", cells(&[2]))
+                    .prop("#size-cells", cells(&[2]))
+                    .child(
+                        TestNode::new("memory@0")
+                            .prop("device_type", string("memory"))
+                            .prop("reg", cells(&[0, 1 << 30, 0, 1 << 30])),
+                    ),
+                TestNode::child,
+            );
+            let dtb = blob(&root, &[]);
+            let mut o = Out::new(1, 1, 1);
+            let mut t = o.topo();
+            let got = match parse(&dtb, &mut t) {
+                Ok(info) => Ok(info.bootargs),
+                Err(FdtError::BadProperty { len, .. }) => Err(len),
+                Err(e) => panic!("{e:?}"),
+            };
+            assert_eq!(got, want);
+        }
+        read(
+            [chosen("chosen", Some("disabled"), b"a=1\0")],
+            Ok(Some("a=1")),
+        );
+        read([chosen("chosen@0", None, b"a=1\0")], Ok(Some("a=1")));
+        read(
+            [
+                chosen("chosen@0", None, b"first\0"),
+                chosen("chosen", None, b"second\0"),
+            ],
+            Ok(Some("first")),
+        );
+        read([chosen("chosen", None, b"")], Ok(None));
+        read([chosen("chosen", None, b"a=1\0b=2\0")], Ok(Some("a=1")));
+        read([chosen("chosen", None, b"a=12")], Ok(Some("a=1")));
+        read([chosen("chosen", None, b"\0")], Ok(Some("")));
+        read([chosen("chosen", None, b"a=\xff\0")], Err(4));
     }
 
     #[test]

@@ -82,6 +82,23 @@ pub(super) fn string<'d>(dtb: &[u8], value: &'d [u8]) -> Result<&'d str, FdtErro
     core::str::from_utf8(text).map_err(|_| bad_property(dtb, value))
 }
 
+/// A `bootargs` value as Linux's `early_init_dt_scan_chosen` copies it with `strscpy` of the
+/// value's length: `None` if it is empty, else its bytes up to the first NUL (all but the last
+/// byte without one).
+///
+/// # Errors
+/// Bytes before that point that are not UTF-8.
+pub(super) fn bootargs<'d>(dtb: &[u8], value: &'d [u8]) -> Result<Option<&'d str>, FdtError> {
+    let Some((_, most)) = value.split_last() else {
+        return Ok(None);
+    };
+    let end = value.iter().position(|&b| b == 0).unwrap_or(most.len());
+    let text = value.get(..end).unwrap_or(most);
+    core::str::from_utf8(text)
+        .map(Some)
+        .map_err(|_| bad_property(dtb, value))
+}
+
 /// A one-cell value.
 pub(super) fn u32_value(dtb: &[u8], value: &[u8]) -> Result<u32, FdtError> {
     if value.len() != 4 {
