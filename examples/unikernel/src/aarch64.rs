@@ -370,8 +370,20 @@ fn device_tree(x0: usize) -> Option<&'static [u8]> {
 /// `status` is `"fail"` or `"fail-…"`, as Linux's `for_each_of_cpu_node`); returns how many.
 /// The core's parser gives each CPU's node but not its `reg`, which PSCI `CPU_ON` needs.
 fn cpu_ids(dtb: &[u8], out: &mut [u64]) -> Result<usize, fdt::FdtError> {
+    use fdt::nodes::AsNode;
     let tree = fdt::Fdt::new_unaligned_fallible(dtb)?;
-    let Some(cpus) = tree.root()?.find_node("/cpus")? else {
+    // `/cpus` as Linux's `of_find_node_by_path` finds it (and `numaframe::fdt::parse` with it):
+    // the first child of the root named exactly `cpus`.
+    let mut found = None;
+    for child in tree.root()?.as_node().children()?.iter() {
+        let child = child?;
+        let name = child.name()?;
+        if name.name == "cpus" && name.unit_address.is_none() {
+            found = Some(child);
+            break;
+        }
+    }
+    let Some(cpus) = found else {
         return Ok(0);
     };
     let mut n = 0;
