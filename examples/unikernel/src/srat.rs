@@ -6,7 +6,9 @@
 //!   twice: first every processor-affinity entry (xAPIC and x2APIC, in table order), then every
 //!   memory-affinity entry. Generic initiator entries are numbered in the first pass, with
 //!   the processors. Disabled entries are skipped before their domain is numbered. An
-//!   SRAT of revision 1 or older names a domain with its low 8 bits only.
+//!   SRAT of revision 1 or older names a domain with its low 8 bits only. A processor or memory
+//!   entry of a domain of `MAX_PXM_DOMAINS` (1024) or more gets no node, and Linux then uses no
+//!   part of the SRAT (`bad_srat`): [`SratError::NotUsed`].
 //! - **Distances** come from the SLIT, indexed by proximity domain: `dist(a, b)` is the entry
 //!   of `(pxm(a), pxm(b))` when both lie inside the table, else 10 on the diagonal and 20
 //!   elsewhere. A SLIT with a diagonal other than 10 or a remote distance of 10 or less is
@@ -26,6 +28,10 @@ use numaframe::topology::valid_firmware_distance;
 use numaframe::{MemoryRange, NodeId, PAGE_SIZE, Pfn, PhysRange};
 
 use crate::boot::{MAX_CPUS, MAX_NODES, MAX_RANGES};
+
+/// Linux's `MAX_PXM_DOMAINS`: `MAX_NUMNODES` when that is above 256, as numaframe's 1024 node
+/// ids are (`CONFIG_NODES_SHIFT=10`). Linux gives no node to a larger domain.
+const MAX_PXM_DOMAINS: u32 = numaframe::MAX_NODES as u32;
 
 /// Linux's `LOCAL_DISTANCE` and `REMOTE_DISTANCE`.
 const LOCAL: u8 = 10;
@@ -138,6 +144,9 @@ pub enum SratError {
     TooManyRanges,
     /// Writing to the console failed.
     Console,
+    /// Linux would not use this SRAT (`bad_srat()`, or a walk of its subtables that failed):
+    /// the machine boots as one without NUMA.
+    NotUsed,
 }
 
 impl fmt::Display for SratError {
@@ -152,6 +161,7 @@ impl fmt::Display for SratError {
             SratError::TooManyCpus => write!(f, "SRAT: more than {MAX_CPUS} processors"),
             SratError::TooManyRanges => write!(f, "SRAT: more than {MAX_RANGES} memory ranges"),
             SratError::Console => f.write_str("console write failed"),
+            SratError::NotUsed => f.write_str("SRAT: not used"),
         }
     }
 }
@@ -160,6 +170,13 @@ impl From<fmt::Error> for SratError {
     fn from(_: fmt::Error) -> Self {
         SratError::Console
     }
+}
+
+/// Linux's `bad_srat()`: prints its line and gives up the SRAT. A console that fails is lost
+/// in the refusal.
+fn bad_srat(out: &mut dyn Write) -> SratError {
+    let _ = writeln!(out, "ACPI: SRAT: SRAT not used.");
+    SratError::NotUsed
 }
 
 /// The machine an SRAT describes, numbered as Linux numbers it.
@@ -211,7 +228,7 @@ impl Layout {
             {
                 // x2APIC entries always carry all 32 bits of their domain.
                 let pxm = if x2apic { pxm } else { narrow(pxm) };
-                let node = l.map(pxm)?;
+                let node = l.map(pxm)?.ok_or_else(|| bad_srat(out))?;
                 let slot = l.cpus.get_mut(l.ncpus).ok_or(SratError::TooManyCpus)?;
                 *slot = (apic, node);
                 l.ncpus += 1;
@@ -233,7 +250,7 @@ impl Layout {
             } = e
             {
                 let pxm = narrow(pxm);
-                let node = l.map(pxm)?;
+                let node = l.map(pxm)?.ok_or_else(|| bad_srat(out))?;
                 let slot = l
                     .memory
                     .get_mut(l.nmemory)
@@ -252,10 +269,14 @@ impl Layout {
         Ok(l)
     }
 
-    /// The node of `pxm`, numbering it if it is new (`acpi_map_pxm_to_node`).
-    fn map(&mut self, pxm: u32) -> Result<NodeId, SratError> {
+    /// The node of `pxm`, numbering it if it is new (`acpi_map_pxm_to_node`); `None` for a
+    /// domain Linux gives no node (`NUMA_NO_NODE`: `MAX_PXM_DOMAINS` or more).
+    fn map(&mut self, pxm: u32) -> Result<Option<NodeId>, SratError> {
+        if pxm >= MAX_PXM_DOMAINS {
+            return Ok(None);
+        }
         if let Some(i) = self.pxms[..self.nodes].iter().position(|p| *p == pxm) {
-            return Ok(NodeId::new(i));
+            return Ok(Some(NodeId::new(i)));
         }
         let slot = self
             .pxms
@@ -263,7 +284,7 @@ impl Layout {
             .ok_or(SratError::TooManyDomains(pxm))?;
         *slot = pxm;
         self.nodes += 1;
-        Ok(NodeId::new(self.nodes - 1))
+        Ok(Some(NodeId::new(self.nodes - 1)))
     }
 
     /// Nodes: every proximity domain an enabled entry named.
@@ -615,6 +636,45 @@ mod tests {
         let used = l.distances(Some((&slit, count)), &mut d, &mut log).unwrap();
         assert!(used, "{log}");
         assert_eq!(d, [10, 30, 30, 10]);
+    }
+
+    /// Linux maps a proximity domain to a node only below `MAX_PXM_DOMAINS`
+    /// (`acpi_map_pxm_to_node`: `pxm < 0 || pxm >= MAX_PXM_DOMAINS` gives `NUMA_NO_NODE`),
+    /// which is `MAX_NUMNODES` when that is above 256: 1024 with `CONFIG_NODES_SHIFT=10`. A
+    /// processor or memory entry whose domain gets no node is "Too many proximity domains" and
+    /// `bad_srat()`, and x86 then does not use the SRAT at all (`x86_acpi_numa_init` returns
+    /// `-EINVAL` when `srat_disabled()`).
+    #[test]
+    fn a_domain_of_1024_or_more_makes_linux_refuse_the_srat() {
+        let x2 = |pxm| Entry::Cpu {
+            apic: 0x100,
+            x2apic: true,
+            pxm,
+            enabled: true,
+        };
+        let m = |pxm| mem(0, 1 << 30, pxm, true);
+        let used =
+            |rev: u8, e: [Entry; 2]| Layout::from_srat(rev, || e.into_iter(), &mut String::new());
+        assert!(
+            used(2, [x2(1023), m(0)]).is_ok(),
+            "1023 is the last domain Linux maps"
+        );
+        assert_eq!(used(2, [x2(1024), m(0)]).unwrap_err(), SratError::NotUsed);
+        assert_eq!(
+            used(2, [cpu(0, 0), m(5000)]).unwrap_err(),
+            SratError::NotUsed
+        );
+        let mut log = String::new();
+        assert_eq!(
+            Layout::from_srat(3, || [cpu(0, 0x400), m(0)].into_iter(), &mut log).unwrap_err(),
+            SratError::NotUsed,
+            "a revision-2+ local APIC entry's domain has all 32 bits"
+        );
+        assert!(log.ends_with("ACPI: SRAT: SRAT not used.\n"), "{log}");
+        assert!(
+            used(1, [cpu(0, 0), m(0x1400)]).is_ok(),
+            "a revision-1 memory entry's domain is its low 8 bits (0)"
+        );
     }
 
     #[test]

@@ -279,8 +279,8 @@ fn read_processors(tables: &AcpiTables<Handler>) -> Result<Option<Processors>, A
     Ok(Some(p))
 }
 
-/// The NUMA layout from SRAT and SLIT, or `None` when there is no SRAT (a machine without
-/// NUMA).
+/// The NUMA layout from SRAT and SLIT, or `None` when there is no SRAT or Linux would not use
+/// it (a machine without NUMA).
 fn read_numa(tables: &AcpiTables<Handler>) -> Result<Option<Numa>, AcpiFailure> {
     let Some(srat) = tables.find_table::<Srat>() else {
         return Ok(None);
@@ -289,8 +289,12 @@ fn read_numa(tables: &AcpiTables<Handler>) -> Result<Option<Numa>, AcpiFailure> 
     // SAFETY: the crate mapped the whole table, `header.length` bytes from its start.
     let table =
         unsafe { core::slice::from_raw_parts(srat.as_ptr().cast::<u8>(), header.length as usize) };
-    let layout = Layout::from_srat(header.revision, || srat::entries(table), &mut Console)
-        .map_err(AcpiFailure::Srat)?;
+    let layout = match Layout::from_srat(header.revision, || srat::entries(table), &mut Console) {
+        Ok(layout) => layout,
+        // Linux boots as without an SRAT.
+        Err(SratError::NotUsed) => return Ok(None),
+        Err(e) => return Err(AcpiFailure::Srat(e)),
+    };
     let slit = tables.find_table::<Slit>();
     let matrix = slit.as_ref().map(|s| {
         let table = s.get();
