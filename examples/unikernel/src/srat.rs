@@ -8,7 +8,8 @@
 //!   the processors. Disabled entries are skipped before their domain is numbered. An
 //!   SRAT of revision 1 or older names a domain with its low 8 bits only. A processor or memory
 //!   entry of a domain of `MAX_PXM_DOMAINS` (1024) or more gets no node, and Linux then uses no
-//!   part of the SRAT (`bad_srat`): [`SratError::NotUsed`].
+//!   part of the SRAT (`bad_srat`): [`SratError::NotUsed`]. Nor does it use an SRAT with a
+//!   subtable of length 0, where its walk of the subtables fails.
 //! - **Distances** come from the SLIT, indexed by proximity domain: `dist(a, b)` is the entry
 //!   of `(pxm(a), pxm(b))` when both lie inside the table, else 10 on the diagonal and 20
 //!   elsewhere. A SLIT with a diagonal other than 10 or a remote distance of 10 or less is
@@ -73,6 +74,8 @@ pub enum Entry {
         /// The non-volatile flag.
         nonvolatile: bool,
     },
+    /// A subtable of length 0, where Linux's walk of the subtables fails; the last entry.
+    ZeroLength,
 }
 
 /// Bytes of an SRAT before its first subtable: the common table header and 12 reserved bytes.
@@ -84,13 +87,20 @@ fn le32(b: &[u8], at: usize) -> u32 {
 }
 
 /// The processor and memory entries of the SRAT `table` (its whole bytes, header included),
-/// in table order. The walk stops at a subtable of length 0 or one that runs past the table,
-/// as Linux's does; a subtable shorter than its type's layout is skipped, other types too.
+/// in table order. The walk stops at a subtable that runs past the table, and at one of length 0,
+/// which it yields as [`Entry::ZeroLength`] when Linux's walk would read it (a byte follows its
+/// header); a subtable shorter than its type's layout is skipped, other types too.
 pub fn entries(table: &[u8]) -> impl Iterator<Item = Entry> + '_ {
     let mut at = SRAT_HEADER;
     core::iter::from_fn(move || {
         loop {
             let (kind, len) = (*table.get(at)?, usize::from(*table.get(at + 1)?));
+            if len == 0 {
+                // `acpi_parse_entries_array` reads a header while `entry + 2 < table_end`.
+                let read = at + 2 < table.len();
+                at = table.len();
+                return read.then_some(Entry::ZeroLength);
+            }
             let e = table.get(at..at.checked_add(len)?).filter(|_| len > 0)?;
             at += len;
             match (kind, len) {
@@ -214,6 +224,10 @@ impl Layout {
         };
         let narrow = |pxm: u32| if revision <= 1 { pxm & 0xff } else { pxm };
         for e in entries() {
+            // The first pass fails there (its result is not looked at).
+            if e == Entry::ZeroLength {
+                break;
+            }
             // A generic initiator's domain is numbered in this pass too, in table order
             // (`acpi_parse_gi_affinity`), with all 32 bits at every revision.
             if let Entry::Initiator { pxm, enabled: true } = e {
@@ -240,6 +254,10 @@ impl Layout {
             }
         }
         for e in entries() {
+            // The memory pass fails there, and so does `acpi_numa_init`.
+            if e == Entry::ZeroLength {
+                return Err(SratError::NotUsed);
+            }
             if let Entry::Memory {
                 base,
                 length,
@@ -508,7 +526,7 @@ mod tests {
         t.extend([2, 24, 0, 0, 4, 1, 0, 0, 0x34, 0x12, 0, 0, 0, 0, 0, 0]);
         t.extend([0; 8]);
         let good = t.len();
-        // A zero length ends the walk, and so does one past the end.
+        // A zero length ends the walk (Linux's fails there), and so does one past the end.
         t.extend([0, 0, 0, 0]);
         let all: Vec<Entry> = entries(&t).collect();
         let want = [
@@ -532,6 +550,7 @@ mod tests {
                 pxm: 0x104,
                 enabled: false,
             },
+            Entry::ZeroLength,
         ];
         assert_eq!(all, want);
         t.truncate(good);
@@ -675,6 +694,37 @@ mod tests {
             used(1, [cpu(0, 0), m(0x1400)]).is_ok(),
             "a revision-1 memory entry's domain is its low 8 bits (0)"
         );
+    }
+
+    /// Linux's walk of a table's subtables (`acpi_parse_entries_array`) goes on while a whole
+    /// subtable header lies before the table's last byte (`entry + 2 < table_end`) and returns
+    /// `-EINVAL` at a subtable of length 0 ("Invalid zero length"). The memory pass's result is
+    /// `acpi_numa_init`'s (`if (cnt < 0) return cnt;`), so x86 then boots without NUMA, even
+    /// with the entries before that subtable already read.
+    #[test]
+    fn a_subtable_of_length_zero_makes_linux_refuse_the_srat() {
+        let mut t = vec![0u8; SRAT_HEADER];
+        // Local APIC affinity: APIC 0 in PXM 0, enabled.
+        t.extend([0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // Memory affinity: PXM 0, 1 GiB from 0, enabled.
+        t.extend([1, 40, 0, 0, 0, 0, 0, 0]);
+        t.extend(0u64.to_le_bytes());
+        t.extend((1u64 << 30).to_le_bytes());
+        t.extend([0, 0, 0, 0, 1, 0, 0, 0]);
+        t.extend([0; 8]);
+        let good = t.len();
+        let used = |t: &[u8]| Layout::from_srat(3, || entries(t), &mut String::new()).is_ok();
+        assert!(used(&t));
+        // A header of length 0 with a byte after it: Linux's walk reads it and fails.
+        t.extend([0, 0, 0]);
+        assert!(!used(&t));
+        t.truncate(good);
+        t.extend([0x10, 0, 0, 0]);
+        assert!(!used(&t), "whatever the subtable's type");
+        // A header of length 0 that ends the table: Linux's walk stops before it.
+        t.truncate(good);
+        t.extend([0, 0]);
+        assert!(used(&t));
     }
 
     #[test]
