@@ -5,8 +5,10 @@
 //!   node 0, the next new one node 1, and so on (`acpi_map_pxm_to_node`). It reads the SRAT
 //!   twice: first every processor-affinity entry (xAPIC and x2APIC, in table order), then every
 //!   memory-affinity entry. Generic initiator entries are numbered in the first pass, with
-//!   the processors. Disabled entries are skipped before their domain is numbered. An
-//!   SRAT of revision 1 or older names a domain with its low 8 bits only. A processor or memory
+//!   the processors. Disabled entries are skipped before their domain is numbered, but a
+//!   disabled generic initiator ends the first pass (its handler fails, and Linux's walk calls
+//!   no handler after a failed one). An SRAT of revision 1 or older names a domain with its
+//!   low 8 bits only. A processor or memory
 //!   entry of a domain of `MAX_PXM_DOMAINS` (1024) or more gets no node, and Linux then uses no
 //!   part of the SRAT (`bad_srat`): [`SratError::NotUsed`]. Nor does it use an SRAT with a
 //!   subtable of length 0, where its walk of the subtables fails.
@@ -229,9 +231,13 @@ impl Layout {
                 break;
             }
             // A generic initiator's domain is numbered in this pass too, in table order
-            // (`acpi_parse_gi_affinity`), with all 32 bits at every revision.
-            if let Entry::Initiator { pxm, enabled: true } = e {
-                l.map(pxm)?;
+            // (`acpi_parse_gi_affinity`), with all 32 bits at every revision. A disabled one,
+            // or one whose domain gets no node, fails, and Linux's walk reads nothing more in
+            // this pass.
+            if let Entry::Initiator { pxm, enabled } = e
+                && (!enabled || l.map(pxm)?.is_none())
+            {
+                break;
             }
             if let Entry::Cpu {
                 apic,
@@ -605,6 +611,39 @@ mod tests {
             log.contains("ACPI: SRAT: Node 2 PXM 1 [mem 0x00000000-0x0fffffff]\n"),
             "{log}"
         );
+    }
+
+    /// `acpi_parse_gi_affinity` returns `-EINVAL` for a disabled generic initiator entry (and
+    /// for one whose domain gets no node), and after a handler's failure Linux's walk of the
+    /// first pass calls no other handler (`acpi_parse_entries_array`: 6.1 skips every later
+    /// handler once `errs` is set, 6.12 returns at once). The first pass's result is not looked
+    /// at: the processor entries after it are not read, the memory pass runs as before.
+    #[test]
+    fn a_disabled_generic_initiator_ends_linux_first_pass() {
+        let gi = |pxm, enabled| Entry::Initiator { pxm, enabled };
+        let table = |first: Entry| {
+            [
+                cpu(0, 2),
+                first,
+                cpu(1, 0),
+                gi(4, true),
+                mem(0, 1 << 30, 1, true),
+                mem(1 << 30, 1 << 30, 0, true),
+            ]
+        };
+        for first in [gi(3, false), gi(MAX_PXM_DOMAINS, true)] {
+            let t = table(first);
+            let l = Layout::from_srat(3, || t.iter().copied(), &mut String::new()).unwrap();
+            // Pass 1: PXM 2 (APIC 0) -> node 0, then the walk ends; pass 2: PXM 1 -> node 1,
+            // PXM 0 -> node 2.
+            assert_eq!(l.nodes(), 3, "{first:?}");
+            assert_eq!(
+                [0, 1, 2].map(|n| l.pxm(NodeId::new(n)).unwrap()),
+                [2, 1, 0],
+                "{first:?}"
+            );
+            assert_eq!(l.cpus(), &[(0, NodeId::new(0))], "{first:?}");
+        }
     }
 
     #[test]
