@@ -145,6 +145,15 @@ pub fn entries(table: &[u8]) -> impl Iterator<Item = Entry> + '_ {
     })
 }
 
+/// Whether Linux starts the processor of a MADT local APIC (`x2apic: false`) or local x2APIC
+/// entry with `flags` at boot (`acpi_parse_lapic`, `acpi_parse_x2apic`): one with the invalid
+/// id (0xff, 0xffffffff) is ignored, and only an enabled one (flag bit 0) is started; one that
+/// is only "online capable" (bit 1) is a hot-plug slot.
+pub fn madt_starts(apic: u32, x2apic: bool, flags: u32) -> bool {
+    let invalid = if x2apic { u32::MAX } else { 0xff };
+    apic != invalid && flags & 1 != 0
+}
+
 /// Tables that do not fit this kernel's storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SratError {
@@ -644,6 +653,18 @@ mod tests {
             );
             assert_eq!(l.cpus(), &[(0, NodeId::new(0))], "{first:?}");
         }
+    }
+
+    /// `acpi_parse_lapic` and `acpi_parse_x2apic` return before registering a processor whose
+    /// id is the invalid one ("Ignore invalid ID": 0xff for a local APIC, 0xffffffff for a local
+    /// x2APIC); of the others, only an enabled one is registered enabled and started.
+    #[test]
+    fn madt_processors_with_the_invalid_apic_id_are_not_started() {
+        assert!(!madt_starts(0xff, false, 1), "local APIC id 0xff");
+        assert!(!madt_starts(0xffff_ffff, true, 1), "x2APIC id 0xffffffff");
+        assert!(madt_starts(0xfe, false, 1) && madt_starts(0x100, true, 1));
+        assert!(!madt_starts(3, false, 2), "online capable only");
+        assert!(!madt_starts(3, true, 0), "disabled");
     }
 
     #[test]

@@ -262,14 +262,12 @@ fn read_processors(tables: &AcpiTables<Handler>) -> Result<Option<Processors>, A
         len: 0,
     };
     for entry in madt.get().entries() {
-        let (id, flags) = match entry {
-            MadtEntry::LocalApic(e) => (u32::from(e.apic_id), e.flags),
-            MadtEntry::LocalX2Apic(e) => (e.x2apic_id, e.flags),
+        let (id, x2apic, flags) = match entry {
+            MadtEntry::LocalApic(e) => (u32::from(e.apic_id), false, e.flags),
+            MadtEntry::LocalX2Apic(e) => (e.x2apic_id, true, e.flags),
             _ => continue,
         };
-        // Bit 0 is "enabled"; a processor with only "online capable" (bit 1) is a hot-plug
-        // slot, not started at boot, as Linux leaves it.
-        if flags & 1 == 0 || p.apic_ids().contains(&id) {
+        if !srat::madt_starts(id, x2apic, flags) || p.apic_ids().contains(&id) {
             continue;
         }
         let slot = p.ids.get_mut(p.len).ok_or(AcpiFailure::TooManyCpus)?;
