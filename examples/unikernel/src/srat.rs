@@ -200,6 +200,15 @@ fn bad_srat(out: &mut dyn Write) -> SratError {
     SratError::NotUsed
 }
 
+/// Why [`Layout::memory`] gives no ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryError {
+    /// More ranges than the output holds.
+    TooMany,
+    /// Ranges of two nodes overlap: Linux does not use the SRAT (`numa_cleanup_meminfo`).
+    Overlap,
+}
+
 /// The machine an SRAT describes, numbered as Linux numbers it.
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -386,25 +395,89 @@ impl Layout {
         Ok(true)
     }
 
-    /// Writes the parts of the RAM ranges `ram` (bytes: base, length) that an SRAT memory range
-    /// covers, as whole frames with their node, into `out`. Returns how many it wrote, or `None`
-    /// if `out` is too small.
-    pub fn memory(&self, ram: &[(u64, u64)], out: &mut [MemoryRange]) -> Option<usize> {
+    /// Writes the parts of the RAM ranges `ram` (bytes: base, length) that the SRAT's memory
+    /// ranges cover, as whole frames with their node, into `out`, after x86's
+    /// `numa_cleanup_meminfo`: a range of length 0 or past the top of the address space is
+    /// dropped (`numa_add_memblk`), one that overlaps no RAM is set aside and the others are
+    /// cut to the span of RAM; two of different nodes that overlap are refused; two of one
+    /// node are joined, with the hole between them, when that overlaps no other node's range.
+    /// Returns how many it wrote.
+    ///
+    /// # Errors
+    /// [`MemoryError::Overlap`] for ranges of two nodes that overlap (Linux then does not use
+    /// the SRAT), [`MemoryError::TooMany`] if `out` is too small.
+    pub fn memory(
+        &self,
+        ram: &[(u64, u64)],
+        out: &mut [MemoryRange],
+    ) -> Result<usize, MemoryError> {
+        let has_ram = |start: u64, end: u64| {
+            ram.iter()
+                .any(|&(b, l)| l > 0 && b < end && start < b.saturating_add(l))
+        };
+        let low = ram.iter().map(|r| r.0).min().unwrap_or(0);
+        let high = ram
+            .iter()
+            .map(|r| r.0.saturating_add(r.1))
+            .max()
+            .unwrap_or(0);
+        let mut blk = [(0, 0, NodeId::new(0)); MAX_RANGES];
+        let mut nr = 0;
+        for &(base, len, node) in &self.memory[..self.nmemory] {
+            let Some(end) = base.checked_add(len).filter(|_| len > 0) else {
+                continue;
+            };
+            if !has_ram(base, end) {
+                continue;
+            }
+            let (start, end) = (base.max(low), end.min(high));
+            if start < end {
+                blk[nr] = (start, end, node);
+                nr += 1;
+            }
+        }
+        let mut i = 0;
+        while i < nr {
+            let mut j = i + 1;
+            while j < nr {
+                let ((si, ei, ni), (sj, ej, nj)) = (blk[i], blk[j]);
+                if ni != nj {
+                    if ei > sj && si < ej {
+                        return Err(MemoryError::Overlap);
+                    }
+                    j += 1;
+                    continue;
+                }
+                let (start, end) = (si.min(sj), ei.max(ej));
+                if blk[..nr]
+                    .iter()
+                    .any(|&(s, e, n)| n != ni && start < e && end > s)
+                {
+                    j += 1;
+                    continue;
+                }
+                blk[i] = (start, end, ni);
+                blk.copy_within(j + 1..nr, j);
+                nr -= 1;
+            }
+            i += 1;
+        }
         let mut n = 0;
         for &(base, len) in ram {
-            for &(mbase, mlen, node) in &self.memory[..self.nmemory] {
+            for &(mbase, mend, node) in &blk[..nr] {
                 let start = base.max(mbase);
-                let end = base.saturating_add(len).min(mbase.saturating_add(mlen));
+                let end = base.saturating_add(len).min(mend);
                 let (first, last) = (start.div_ceil(PAGE_SIZE), end / PAGE_SIZE);
                 if first >= last {
                     continue;
                 }
-                let range = PhysRange::new(Pfn::new(first), Pfn::new(last))?;
-                *out.get_mut(n)? = MemoryRange { node, range };
+                let range =
+                    PhysRange::new(Pfn::new(first), Pfn::new(last)).ok_or(MemoryError::TooMany)?;
+                *out.get_mut(n).ok_or(MemoryError::TooMany)? = MemoryRange { node, range };
                 n += 1;
             }
         }
-        Some(n)
+        Ok(n)
     }
 }
 
@@ -519,6 +592,96 @@ mod tests {
                 (0, 0x4_0000, 0x8_0000),
                 (1, 0x10_0000, 0x14_0000)
             ]
+        );
+    }
+
+    /// The RAM each node gets from `memory`, as (node, first frame, end frame).
+    fn frames(l: &Layout, ram: &[(u64, u64)]) -> Result<Vec<(usize, u64, u64)>, MemoryError> {
+        let mut out = [MemoryRange {
+            node: NodeId::new(0),
+            range: PhysRange::default(),
+        }; 16];
+        let n = l.memory(ram, &mut out)?;
+        Ok(out[..n]
+            .iter()
+            .map(|r| (r.node.index(), r.range.start().get(), r.range.end().get()))
+            .collect())
+    }
+
+    const GIB: u64 = 1 << 30;
+    const GIB_FRAMES: u64 = GIB / PAGE_SIZE;
+
+    /// x86's `numa_cleanup_meminfo` sets aside the SRAT ranges that overlap no RAM, then looks
+    /// at every pair of the others: two of different nodes that overlap make it fail ("node %d
+    /// [mem ...] overlaps with node %d [mem ...]"), and `numa_init` with it, so Linux boots
+    /// without NUMA; two of one node that overlap are only warned about, and joined.
+    #[test]
+    fn overlapping_memory_is_refused_across_nodes_and_joined_within_one() {
+        let layout = |m: &[Entry]| {
+            let e: Vec<Entry> = [cpu(0, 0), cpu(1, 1)].iter().chain(m).copied().collect();
+            Layout::from_srat(3, || e.clone().into_iter(), &mut String::new()).unwrap()
+        };
+        let ram = [(0, 4 * GIB)];
+        let l = layout(&[mem(0, 2 * GIB, 0, true), mem(GIB, 2 * GIB, 1, true)]);
+        assert_eq!(frames(&l, &ram), Err(MemoryError::Overlap));
+        let l = layout(&[
+            mem(0, 2 * GIB, 0, true),
+            mem(GIB, 2 * GIB, 0, true),
+            mem(3 * GIB, GIB, 1, true),
+        ]);
+        assert_eq!(
+            frames(&l, &ram),
+            Ok(vec![
+                (0, 0, 3 * GIB_FRAMES),
+                (1, 3 * GIB_FRAMES, 4 * GIB_FRAMES)
+            ]),
+            "each frame once"
+        );
+        // Ranges without RAM (hot-pluggable memory above it) are set aside before the check.
+        let l = layout(&[
+            mem(0, 4 * GIB, 0, true),
+            mem(8 * GIB, 2 * GIB, 0, true),
+            mem(9 * GIB, 2 * GIB, 1, true),
+        ]);
+        assert_eq!(frames(&l, &ram), Ok(vec![(0, 0, 4 * GIB_FRAMES)]));
+    }
+
+    /// `numa_cleanup_meminfo` joins two ranges of one node, and the hole between them, when that
+    /// joined range overlaps no range of another node; `numa_register_memblks` then gives all
+    /// RAM inside it to the node (`memblock_set_node`), the hole's RAM too.
+    #[test]
+    fn ram_in_a_hole_between_one_node_ranges_is_on_that_node() {
+        let e = [
+            cpu(0, 0),
+            cpu(1, 1),
+            mem(0, GIB, 0, true),
+            mem(2 * GIB, GIB, 0, true),
+            mem(3 * GIB, GIB, 1, true),
+        ];
+        let l = Layout::from_srat(3, || e.into_iter(), &mut String::new()).unwrap();
+        assert_eq!(
+            frames(&l, &[(0, 4 * GIB)]),
+            Ok(vec![
+                (0, 0, 3 * GIB_FRAMES),
+                (1, 3 * GIB_FRAMES, 4 * GIB_FRAMES)
+            ])
+        );
+        // With node 1's range inside the hole, node 0's two are not joined.
+        let e = [
+            cpu(0, 0),
+            cpu(1, 1),
+            mem(0, GIB, 0, true),
+            mem(2 * GIB, GIB, 0, true),
+            mem(GIB + GIB / 2, GIB / 4, 1, true),
+        ];
+        let l = Layout::from_srat(3, || e.into_iter(), &mut String::new()).unwrap();
+        assert_eq!(
+            frames(&l, &[(0, 3 * GIB)]),
+            Ok(vec![
+                (0, 0, GIB_FRAMES),
+                (0, 2 * GIB_FRAMES, 3 * GIB_FRAMES),
+                (1, 3 * GIB_FRAMES / 2, 7 * GIB_FRAMES / 4)
+            ])
         );
     }
 

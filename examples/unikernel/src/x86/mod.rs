@@ -29,6 +29,7 @@ use numaframe::{
 use crate::boot::{self, MAX_CPUS, MAX_NODES, MAX_RANGES, Options};
 use crate::kernel::{self, fail, println};
 use crate::smp::Smp;
+use crate::srat::MemoryError;
 
 /// `hvm_start_info.magic`.
 const START_MAGIC: u32 = 0x336e_c578;
@@ -288,11 +289,15 @@ pub(super) extern "C" fn kmain(start_info: u32) -> ! {
     t.ncpus = apic_ids.len();
     t.apic_ids[..t.ncpus].copy_from_slice(apic_ids);
     cpu::set_cpu_index(boot_cpu);
-    // Linux uses the SRAT only if it names memory and that memory covers the RAM to within
-    // 1 MiB (`acpi_numa_init`, `numa_meminfo_cover_memory`); otherwise it boots as without one.
+    // Linux uses the SRAT only if it names memory, no memory of two nodes overlaps, and that
+    // memory covers the RAM to within 1 MiB (`acpi_numa_init`, `numa_cleanup_meminfo`,
+    // `numa_meminfo_cover_memory`); otherwise it boots as without one.
     let srat = firmware.numa.as_ref().and_then(|numa| {
-        let Some(n) = numa.layout.memory(&ram[..nram], &mut found) else {
-            fail!("more than {MAX_RANGES} memory ranges")
+        let n = match numa.layout.memory(&ram[..nram], &mut found) {
+            Ok(n) => n,
+            // `numa_cleanup_meminfo` fails on memory of two nodes that overlaps.
+            Err(MemoryError::Overlap) => return None,
+            Err(MemoryError::TooMany) => fail!("more than {MAX_RANGES} memory ranges"),
         };
         let covered: u64 = found[..n].iter().map(|r| r.range.frames()).sum();
         let total: u64 = ram[..nram]
