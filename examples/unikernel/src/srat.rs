@@ -302,7 +302,7 @@ impl Layout {
                 writeln!(
                     out,
                     "ACPI: SRAT: Node {node} PXM {pxm} [mem {base:#010x}-{:#010x}]{}{}",
-                    base.saturating_add(length).saturating_sub(1),
+                    base.wrapping_add(length).wrapping_sub(1),
                     if hotplug { " hotplug" } else { "" },
                     if nonvolatile { " non-volatile" } else { "" },
                 )?;
@@ -682,6 +682,29 @@ mod tests {
                 (0, 2 * GIB_FRAMES, 3 * GIB_FRAMES),
                 (1, 3 * GIB_FRAMES / 2, 7 * GIB_FRAMES / 4)
             ])
+        );
+    }
+
+    /// `acpi_numa_memory_affinity_init` computes `end = start + length` in `u64` and prints
+    /// `end - 1` as it comes out: a range of length 0 at 0 prints `0xffffffffffffffff`, one that
+    /// runs past the top of the address space its wrapped end.
+    #[test]
+    fn memory_lines_print_the_end_as_linux_computes_it() {
+        let mut log = String::new();
+        let e = [
+            cpu(0, 0),
+            mem(0, 0, 0, true),
+            mem(0x1000, u64::MAX, 0, true),
+        ];
+        Layout::from_srat(3, || e.into_iter(), &mut log).unwrap();
+        let end = 0x1000u64.wrapping_add(u64::MAX).wrapping_sub(1);
+        assert_eq!(
+            log,
+            format!(
+                "SRAT: PXM 0 -> APIC 0x00 -> Node 0\n\
+                 ACPI: SRAT: Node 0 PXM 0 [mem 0x00000000-0xffffffffffffffff]\n\
+                 ACPI: SRAT: Node 0 PXM 0 [mem 0x00001000-{end:#010x}]\n"
+            )
         );
     }
 
