@@ -10,8 +10,9 @@
 //!   no handler after a failed one). An SRAT of revision 1 or older names a domain with its
 //!   low 8 bits only. A processor or memory
 //!   entry of a domain of `MAX_PXM_DOMAINS` (1024) or more gets no node, and Linux then uses no
-//!   part of the SRAT (`bad_srat`): [`SratError::NotUsed`]. Nor does it use an SRAT with a
-//!   subtable of length 0, where its walk of the subtables fails.
+//!   part of the SRAT (`bad_srat`): [`SratError::NotUsed`]; so does a processor or memory
+//!   entry of the wrong length. Nor does it use an SRAT with a subtable of length 0, where its
+//!   walk of the subtables fails.
 //! - **Distances** come from the SLIT, indexed by proximity domain: `dist(a, b)` is the entry
 //!   of `(pxm(a), pxm(b))` when both lie inside the table, else 10 on the diagonal and 20
 //!   elsewhere. A SLIT with a diagonal other than 10 or a remote distance of 10 or less is
@@ -78,6 +79,12 @@ pub enum Entry {
     },
     /// A subtable of length 0, where Linux's walk of the subtables fails; the last entry.
     ZeroLength,
+    /// A local APIC (type 0), memory (1) or x2APIC (2) affinity entry of a length Linux
+    /// refuses the SRAT for: not 16, under 40, under 24.
+    BadLength {
+        /// The subtable's type.
+        kind: u8,
+    },
 }
 
 /// Bytes of an SRAT before its first subtable: the common table header and 12 reserved bytes.
@@ -91,7 +98,8 @@ fn le32(b: &[u8], at: usize) -> u32 {
 /// The processor and memory entries of the SRAT `table` (its whole bytes, header included),
 /// in table order. The walk stops at a subtable that runs past the table, and at one of length 0,
 /// which it yields as [`Entry::ZeroLength`] when Linux's walk would read it (a byte follows its
-/// header); a subtable shorter than its type's layout is skipped, other types too.
+/// header); an affinity entry of a length Linux refuses is [`Entry::BadLength`], a generic
+/// initiator shorter than its layout is skipped, other types too.
 pub fn entries(table: &[u8]) -> impl Iterator<Item = Entry> + '_ {
     let mut at = SRAT_HEADER;
     core::iter::from_fn(move || {
@@ -106,7 +114,7 @@ pub fn entries(table: &[u8]) -> impl Iterator<Item = Entry> + '_ {
             let e = table.get(at..at.checked_add(len)?).filter(|_| len > 0)?;
             at += len;
             match (kind, len) {
-                (0, 16..) => {
+                (0, 16) => {
                     return Some(Entry::Cpu {
                         apic: u32::from(e[3]),
                         x2apic: false,
@@ -139,6 +147,7 @@ pub fn entries(table: &[u8]) -> impl Iterator<Item = Entry> + '_ {
                         enabled: le32(e, 12) & 1 != 0,
                     });
                 }
+                (0..=2, _) => return Some(Entry::BadLength { kind }),
                 _ => {}
             }
         }
@@ -248,6 +257,9 @@ impl Layout {
             if e == Entry::ZeroLength {
                 break;
             }
+            if let Entry::BadLength { kind: 0 | 2 } = e {
+                return Err(bad_srat(out));
+            }
             // A generic initiator's domain is numbered in this pass too, in table order
             // (`acpi_parse_gi_affinity`), with all 32 bits at every revision. A disabled one,
             // or one whose domain gets no node, fails, and Linux's walk reads nothing more in
@@ -281,6 +293,9 @@ impl Layout {
             // The memory pass fails there, and so does `acpi_numa_init`.
             if e == Entry::ZeroLength {
                 return Err(SratError::NotUsed);
+            }
+            if let Entry::BadLength { kind: 1 } = e {
+                return Err(bad_srat(out));
             }
             if let Entry::Memory {
                 base,
@@ -683,6 +698,40 @@ mod tests {
                 (1, 3 * GIB_FRAMES / 2, 7 * GIB_FRAMES / 4)
             ])
         );
+    }
+
+    /// x86 Linux calls `bad_srat()`, and so uses no part of the SRAT, for a local APIC affinity
+    /// entry whose length is not 16 (`acpi_numa_processor_affinity_init`: `!=`), an x2APIC
+    /// affinity entry shorter than 24 (`acpi_numa_x2apic_affinity_init`) and a memory affinity
+    /// entry shorter than 40 (`acpi_numa_memory_affinity_init`: "Unexpected header length"),
+    /// before it looks at the enabled flag.
+    #[test]
+    fn an_affinity_entry_of_the_wrong_length_makes_linux_refuse_the_srat() {
+        let table = |extra: &[u8]| {
+            let mut t = vec![0u8; SRAT_HEADER];
+            t.extend([0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            t.extend([1, 40, 0, 0, 0, 0, 0, 0]);
+            t.extend(0u64.to_le_bytes());
+            t.extend((1u64 << 30).to_le_bytes());
+            t.extend([0, 0, 0, 0, 1, 0, 0, 0]);
+            t.extend([0; 8]);
+            t.extend(extra);
+            t
+        };
+        let used = |t: &[u8]| Layout::from_srat(3, || entries(t), &mut String::new()).is_ok();
+        assert!(used(&table(&[])));
+        let mut apic20 = vec![0u8, 20, 0, 1];
+        apic20.resize(20, 0);
+        assert!(!used(&table(&apic20)), "local APIC, 20 bytes, disabled");
+        let mut x2apic22 = vec![2u8, 22];
+        x2apic22.resize(22, 0);
+        assert!(!used(&table(&x2apic22)), "x2APIC, 22 bytes");
+        let mut x2apic28 = vec![2u8, 28, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1];
+        x2apic28.resize(28, 0);
+        assert!(used(&table(&x2apic28)), "a longer x2APIC entry is read");
+        let mut mem32 = vec![1u8, 32];
+        mem32.resize(32, 0);
+        assert!(!used(&table(&mem32)), "memory, 32 bytes");
     }
 
     /// `acpi_numa_memory_affinity_init` computes `end = start + length` in `u64` and prints
