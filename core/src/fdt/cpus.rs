@@ -66,7 +66,7 @@ mod tests {
         // `/cpus` is a CPU if its name is `cpu` or its `device_type` is `"cpu"`, and only a CPU
         // whose `status` is `"fail"` or `"fail-…"` is skipped. A `"disabled"` CPU is a quiescent
         // CPU (devicetree specification, CPU node `status`) that the enable-method starts.
-        use super::super::test_tree::{TestNode, blob, cells, string};
+        use super::super::test_tree::{TestNode, blob, cells, memory, root, string};
         let cpu = |name: &'static str, typed: bool, status: Option<&str>, node: u32| {
             let mut c = TestNode::new(name).prop("numa-node-id", cells(&[node]));
             if typed {
@@ -77,17 +77,9 @@ mod tests {
             }
             c
         };
-        let memory = |base: u32, node: u32| {
-            TestNode::new("memory@0")
-                .prop("device_type", string("memory"))
-                .prop("reg", cells(&[0, base, 0, 1 << 30]))
-                .prop("numa-node-id", cells(&[node]))
-        };
-        let root = TestNode::new("")
-            .prop("#address-cells", cells(&[2]))
-            .prop("#size-cells", cells(&[2]))
-            .child(memory(1 << 30, 0))
-            .child(memory(2 << 30, 1))
+        let root = root()
+            .child(memory(1 << 30, 1 << 30, Some(0)))
+            .child(memory(2 << 30, 1 << 30, Some(1)))
             .child(
                 TestNode::new("cpus")
                     .child(cpu("cpu@0", true, None, 0))
@@ -119,27 +111,23 @@ mod tests {
         // distance-map triple (`of_numa_parse_distance_map_v1`). `early_map_cpu_to_node` puts
         // NUMA_NO_NODE on node 0, and so every CPU of a machine without NUMA (`numa_off`).
         use super::super::FdtError;
-        use super::super::test_tree::{TestNode, blob, cells, string};
+        use super::super::test_tree::{TestNode, blob, cells, memory, root, string};
         use crate::topology::NodeId;
         let tree = |numa: bool,
-                    root: Option<&[u32]>,
+                    root_id: Option<&[u32]>,
                     cpus: Option<&[u32]>,
                     own: &[Option<u32>],
                     matrix: &[u32]| {
-            let mut root_node = TestNode::new("")
-                .prop("#address-cells", cells(&[2]))
-                .prop("#size-cells", cells(&[2]));
-            if let Some(id) = root {
+            let mut root_node = root();
+            if let Some(id) = root_id {
                 root_node = root_node.prop("numa-node-id", cells(id));
             }
             for node in 0..2 {
-                let mut m = TestNode::new("memory@0")
-                    .prop("device_type", string("memory"))
-                    .prop("reg", cells(&[0, (node + 1) << 30, 0, 1 << 30]));
-                if numa {
-                    m = m.prop("numa-node-id", cells(&[node]));
-                }
-                root_node = root_node.child(m);
+                root_node = root_node.child(memory(
+                    u64::from(node + 1) << 30,
+                    1 << 30,
+                    numa.then_some(node),
+                ));
             }
             let mut cpus_node = TestNode::new("cpus");
             if let Some(id) = cpus {
@@ -221,23 +209,11 @@ mod tests {
         // (`early_init_dt_scan_memory` alone skips a disabled node). So node 2, named only by a
         // disabled memory node, is possible, and a CPU without an id that finds 2 on `/cpus`
         // is on node 2 (`of_node_to_nid`, `early_map_cpu_to_node`).
-        use super::super::test_tree::{TestNode, blob, cells, string};
-        let memory = |base: u32, node: u32, status: Option<&str>| {
-            let mut m = TestNode::new("memory@0")
-                .prop("device_type", string("memory"))
-                .prop("reg", cells(&[0, base, 0, 1 << 30]))
-                .prop("numa-node-id", cells(&[node]));
-            if let Some(s) = status {
-                m = m.prop("status", string(s));
-            }
-            m
-        };
-        let root = TestNode::new("")
-            .prop("#address-cells", cells(&[2]))
-            .prop("#size-cells", cells(&[2]))
-            .child(memory(1 << 30, 0, None))
-            .child(memory(2 << 30, 1, None))
-            .child(memory(3 << 30, 2, Some("disabled")))
+        use super::super::test_tree::{TestNode, blob, cells, memory, root, string};
+        let tree = root()
+            .child(memory(1 << 30, 1 << 30, Some(0)))
+            .child(memory(2 << 30, 1 << 30, Some(1)))
+            .child(memory(3 << 30, 1 << 30, Some(2)).prop("status", string("disabled")))
             .child(
                 TestNode::new("cpus")
                     .prop("numa-node-id", cells(&[2]))
@@ -248,7 +224,7 @@ mod tests {
                             .prop("numa-node-id", cells(&[1])),
                     ),
             );
-        let dtb = blob(&root, &[]);
+        let dtb = blob(&tree, &[]);
         let mut o = Out::new(4, 4, 4);
         let mut t = o.topo();
         parse(&dtb, &mut t).unwrap();
@@ -259,23 +235,15 @@ mod tests {
         // of every memory node with an id), which is an error here, as for an enabled node;
         // on a machine without NUMA nothing of it matters.
         for numa in [true, false] {
-            let mut m = TestNode::new("memory@0")
-                .prop("device_type", string("memory"))
-                .prop("reg", cells(&[0, 1 << 30, 0, 1 << 30]));
-            if numa {
-                m = m.prop("numa-node-id", cells(&[0]));
-            }
-            let root = TestNode::new("")
-                .prop("#address-cells", cells(&[2]))
-                .prop("#size-cells", cells(&[2]))
-                .child(m)
+            let tree = root()
+                .child(memory(1 << 30, 1 << 30, numa.then_some(0)))
                 .child(
                     TestNode::new("memory@1")
                         .prop("device_type", string("memory"))
                         .prop("status", string("disabled"))
                         .prop("numa-node-id", cells(&[1])),
                 );
-            let dtb = blob(&root, &[]);
+            let dtb = blob(&tree, &[]);
             let got = parse(&dtb, &mut Out::new(4, 4, 4).topo()).map(|_| ());
             assert_eq!(got.is_err(), numa, "{got:?}");
         }
@@ -285,21 +253,13 @@ mod tests {
     fn the_cpus_node_is_walked_whatever_its_status() {
         // Linux's `of_get_next_cpu_node` finds `/cpus` by path (`of_find_node_by_path`), which
         // looks at no `status`: the CPUs below a `/cpus` marked "disabled" are still CPUs.
-        use super::super::test_tree::{TestNode, blob, cells, string};
-        let root = TestNode::new("")
-            .prop("#address-cells", cells(&[2]))
-            .prop("#size-cells", cells(&[2]))
-            .child(
-                TestNode::new("memory@0")
-                    .prop("device_type", string("memory"))
-                    .prop("reg", cells(&[0, 1 << 30, 0, 1 << 30])),
-            )
-            .child(
-                TestNode::new("cpus")
-                    .prop("status", string("disabled"))
-                    .child(TestNode::new("cpu@0").prop("device_type", string("cpu")))
-                    .child(TestNode::new("cpu@1").prop("device_type", string("cpu"))),
-            );
+        use super::super::test_tree::{TestNode, blob, memory, root, string};
+        let root = root().child(memory(1 << 30, 1 << 30, None)).child(
+            TestNode::new("cpus")
+                .prop("status", string("disabled"))
+                .child(TestNode::new("cpu@0").prop("device_type", string("cpu")))
+                .child(TestNode::new("cpu@1").prop("device_type", string("cpu"))),
+        );
         let dtb = blob(&root, &[]);
         let mut o = Out::new(1, 1, 4);
         let mut t = o.topo();
@@ -313,22 +273,14 @@ mod tests {
         // (`__of_find_node_by_path`) compares each child's whole name, unit address included,
         // with "cpus" and returns the first that matches: a `cpus@0` is not `/cpus`, and the
         // CPUs of a second `cpus` node are not walked.
-        use super::super::test_tree::{TestNode, blob, cells, string};
+        use super::super::test_tree::{TestNode, blob, memory, root, string};
         let cpus = |name: &'static str, count: usize| {
             (0..count).fold(TestNode::new(name), |c, _| {
                 c.child(TestNode::new("cpu@0").prop("device_type", string("cpu")))
             })
         };
         let tree = |first: TestNode, second: Option<TestNode>| {
-            let mut root = TestNode::new("")
-                .prop("#address-cells", cells(&[2]))
-                .prop("#size-cells", cells(&[2]))
-                .child(
-                    TestNode::new("memory@0")
-                        .prop("device_type", string("memory"))
-                        .prop("reg", cells(&[0, 1 << 30, 0, 1 << 30])),
-                )
-                .child(first);
+            let mut root = root().child(memory(1 << 30, 1 << 30, None)).child(first);
             if let Some(s) = second {
                 root = root.child(s);
             }

@@ -186,19 +186,11 @@ mod tests {
         // `of_find_compatible_node(NULL, NULL, "numa-distance-map-v1")` (drivers/of/of_numa.c),
         // whose match (`__of_device_is_compatible`, drivers/of/base.c) looks at no `status`:
         // a map marked "disabled" or "fail" sets the distances all the same.
-        use super::super::test_tree::{TestNode, blob, cells, string};
+        use super::super::test_tree::{TestNode, blob, cells, memory, root, string};
         for status in ["disabled", "fail", "reserved"] {
-            let memory = |base: u32, node: u32| {
-                TestNode::new("memory@0")
-                    .prop("device_type", string("memory"))
-                    .prop("reg", cells(&[0, base, 0, 1 << 30]))
-                    .prop("numa-node-id", cells(&[node]))
-            };
-            let root = TestNode::new("")
-                .prop("#address-cells", cells(&[2]))
-                .prop("#size-cells", cells(&[2]))
-                .child(memory(1 << 30, 0))
-                .child(memory(2 << 30, 1))
+            let root = root()
+                .child(memory(1 << 30, 1 << 30, Some(0)))
+                .child(memory(2 << 30, 1 << 30, Some(1)))
                 .child(
                     TestNode::new("distance-map")
                         .prop("compatible", string("numa-distance-map-v1"))
@@ -221,24 +213,16 @@ mod tests {
         // children in tree order (`for_each_of_allnodes_from`, `__of_find_all_nodes`,
         // drivers/of/base.c), not only among the root's children. A map below `/soc` comes
         // before a later child of the root.
-        use super::super::test_tree::{TestNode, blob, cells, string};
-        let memory = |base: u32, node: u32| {
-            TestNode::new("memory@0")
-                .prop("device_type", string("memory"))
-                .prop("reg", cells(&[0, base, 0, 1 << 30]))
-                .prop("numa-node-id", cells(&[node]))
-        };
+        use super::super::test_tree::{TestNode, blob, cells, memory, root, string};
         let map = |d: u32| {
             TestNode::new("distance-map")
                 .prop("compatible", string("numa-distance-map-v1"))
                 .prop("distance-matrix", cells(&[0, 1, d]))
         };
         let tree = |later: bool| {
-            let mut root = TestNode::new("")
-                .prop("#address-cells", cells(&[2]))
-                .prop("#size-cells", cells(&[2]))
-                .child(memory(1 << 30, 0))
-                .child(memory(2 << 30, 1))
+            let mut root = root()
+                .child(memory(1 << 30, 1 << 30, Some(0)))
+                .child(memory(2 << 30, 1 << 30, Some(1)))
                 .child(TestNode::new("soc").child(TestNode::new("bus").child(map(15))));
             if later {
                 root = root.child(map(25));
@@ -259,11 +243,9 @@ mod tests {
             for _ in 1..depth {
                 node = TestNode::new("bus").child(node);
             }
-            let root = TestNode::new("")
-                .prop("#address-cells", cells(&[2]))
-                .prop("#size-cells", cells(&[2]))
-                .child(memory(1 << 30, 0))
-                .child(memory(2 << 30, 1))
+            let root = root()
+                .child(memory(1 << 30, 1 << 30, Some(0)))
+                .child(memory(2 << 30, 1 << 30, Some(1)))
                 .child(node);
             let dtb = blob(&root, &[]);
             let mut o = Out::new(2, 2, 0);
@@ -278,18 +260,10 @@ mod tests {
         // Linux's `__of_device_is_compatible` (drivers/of/base.c) compares each string of
         // `compatible` with `of_compat_cmp`, which is `strcasecmp` (include/linux/of.h; only
         // sparc overrides it): `of_find_compatible_node` finds "NUMA-Distance-Map-V1" too.
-        use super::super::test_tree::{TestNode, blob, cells, string};
-        let memory = |base: u32, node: u32| {
-            TestNode::new("memory@0")
-                .prop("device_type", string("memory"))
-                .prop("reg", cells(&[0, base, 0, 1 << 30]))
-                .prop("numa-node-id", cells(&[node]))
-        };
-        let root = TestNode::new("")
-            .prop("#address-cells", cells(&[2]))
-            .prop("#size-cells", cells(&[2]))
-            .child(memory(1 << 30, 0))
-            .child(memory(2 << 30, 1))
+        use super::super::test_tree::{TestNode, blob, cells, memory, root, string};
+        let root = root()
+            .child(memory(1 << 30, 1 << 30, Some(0)))
+            .child(memory(2 << 30, 1 << 30, Some(1)))
             .child(
                 TestNode::new("distance-map")
                     .prop("compatible", string("NUMA-Distance-Map-V1"))

@@ -252,7 +252,7 @@ mod tests {
         // address (libfdt's `fdt_nodename_eq_`), whatever its status. It ignores an empty
         // `bootargs` and copies a value of length `l` with `strscpy(cmdline, p, l)`: the bytes
         // before the first NUL, at most `l - 1` of them.
-        use super::super::test_tree::{TestNode, blob, cells, string};
+        use super::super::test_tree::{TestNode, blob, memory, root, string};
         fn chosen(name: &'static str, status: Option<&str>, args: &[u8]) -> TestNode {
             let c = TestNode::new(name).prop("bootargs", args.into());
             match status {
@@ -263,14 +263,7 @@ mod tests {
         // `Err` holds the length of the value a `BadProperty` names.
         fn read(nodes: impl IntoIterator<Item = TestNode>, want: Result<Option<&str>, usize>) {
             let root = nodes.into_iter().fold(
-                TestNode::new("")
-                    .prop("#address-cells", cells(&[2]))
-                    .prop("#size-cells", cells(&[2]))
-                    .child(
-                        TestNode::new("memory@0")
-                            .prop("device_type", string("memory"))
-                            .prop("reg", cells(&[0, 1 << 30, 0, 1 << 30])),
-                    ),
+                root().child(memory(1 << 30, 1 << 30, None)),
                 TestNode::child,
             );
             let dtb = blob(&root, &[]);
@@ -360,10 +353,8 @@ mod tests {
     #[test]
     fn without_numa_ids_a_distance_map_without_a_matrix_is_ignored() {
         // "whatever CPUs and distance map say": a map node without `distance-matrix` too.
-        use super::super::test_tree::{TestNode, blob, cells, string};
-        let root = TestNode::new("")
-            .prop("#address-cells", cells(&[2]))
-            .prop("#size-cells", cells(&[2]))
+        use super::super::test_tree::{TestNode, blob, cells, root, string};
+        let root = root()
             .child(
                 TestNode::new("memory@40000000")
                     .prop("device_type", string("memory"))

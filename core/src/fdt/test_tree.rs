@@ -116,6 +116,32 @@ pub(super) fn blob(root: &TestNode, reservations: &[(u64, u64)]) -> Vec<u8> {
     out
 }
 
+/// A root node with two address and two size cells.
+pub(super) fn root() -> TestNode {
+    TestNode::new("")
+        .prop("#address-cells", cells(&[2]))
+        .prop("#size-cells", cells(&[2]))
+}
+
+/// A memory node (under [`root`]) of `size` bytes at `base`, on `node` if given.
+pub(super) fn memory(base: u64, size: u64, node: Option<u32>) -> TestNode {
+    let m = TestNode::new("memory@0")
+        .prop("device_type", string("memory"))
+        .prop(
+            "reg",
+            cells(&[
+                (base >> 32) as u32,
+                base as u32,
+                (size >> 32) as u32,
+                size as u32,
+            ]),
+        );
+    match node {
+        Some(id) => m.prop("numa-node-id", cells(&[id])),
+        None => m,
+    }
+}
+
 /// A QEMU-virt-like tree: `mem[i] = (node, base, size)`, `cpus[i] = node`,
 /// `matrix` triples.
 pub(super) fn machine(
@@ -124,31 +150,14 @@ pub(super) fn machine(
     matrix: Option<&[(u32, u32, u32)]>,
     bootargs: Option<&str>,
 ) -> Vec<u8> {
-    let mut root = TestNode::new("")
-        .prop("#address-cells", cells(&[2]))
-        .prop("#size-cells", cells(&[2]))
-        .prop("compatible", string("linux,dummy-virt"));
+    let mut root = root().prop("compatible", string("linux,dummy-virt"));
     let mut chosen = TestNode::new("chosen");
     if let Some(b) = bootargs {
         chosen = chosen.prop("bootargs", string(b));
     }
     root = root.child(chosen);
     for &(node, base, size) in mem {
-        let mut m = TestNode::new("memory@0")
-            .prop("device_type", string("memory"))
-            .prop(
-                "reg",
-                cells(&[
-                    (base >> 32) as u32,
-                    base as u32,
-                    (size >> 32) as u32,
-                    size as u32,
-                ]),
-            );
-        if let Some(id) = node {
-            m = m.prop("numa-node-id", cells(&[id]));
-        }
-        root = root.child(m);
+        root = root.child(memory(base, size, node));
     }
     let mut cpu_list = TestNode::new("cpus")
         .prop("#address-cells", cells(&[1]))
