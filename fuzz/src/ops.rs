@@ -76,12 +76,19 @@ const SHAPES: [&[(usize, u64, u64)]; 3] = [
 /// Everything an input decodes to.
 #[derive(Arbitrary, Debug)]
 pub struct Input {
+    header: Header,
+    ops: Vec<Op>,
+}
+
+/// What every input decodes before its operations: the machine's shape and options. (Its fields
+/// decode as they did when they were `Input`'s own, so saved inputs keep their meaning.)
+#[derive(Arbitrary, Debug)]
+struct Header {
     shape: u8,
     /// The byte fresh metadata regions are filled with.
     fill: u8,
     min_free: u8,
     pcp: (u16, u16),
-    ops: Vec<Op>,
 }
 
 /// One operation. Node, CPU and order fields are reduced into range (and a bit beyond, for the
@@ -246,10 +253,7 @@ pub enum Op {
 /// An input of the `handles` target: as [`Input`], with handle operations among the others.
 #[derive(Arbitrary, Debug)]
 pub struct HandleInput {
-    shape: u8,
-    fill: u8,
-    min_free: u8,
-    pcp: (u16, u16),
+    header: Header,
     ops: Vec<HandleOp>,
 }
 
@@ -381,15 +385,7 @@ pub fn run(data: &[u8]) {
 
 /// Runs one decoded input; panics on any broken promise.
 pub fn run_input(input: &Input) {
-    run_ops(
-        Header {
-            shape: input.shape,
-            fill: input.fill,
-            min_free: input.min_free,
-            pcp: input.pcp,
-        },
-        &input.ops,
-    );
+    run_ops(&input.header, &input.ops);
 }
 
 /// Runs one input of the `handles` target; panics on any broken promise.
@@ -402,15 +398,7 @@ pub fn run_handles(data: &[u8]) {
 /// Runs one decoded input of the `handles` target; panics on any broken promise. Returns
 /// which handle paths it reached.
 pub fn run_handle_input(input: &HandleInput) -> Reached {
-    run_ops(
-        Header {
-            shape: input.shape,
-            fill: input.fill,
-            min_free: input.min_free,
-            pcp: input.pcp,
-        },
-        &input.ops,
-    )
+    run_ops(&input.header, &input.ops)
 }
 
 /// An operation the harness applies.
@@ -441,7 +429,7 @@ impl Step for HandleOp {
 
 /// Boots the machine `input` describes, runs `ops` on it, checking after each, and gives
 /// everything back; returns which handle paths the operations reached.
-fn run_ops(input: Header, ops: &[impl Step]) -> Reached {
+fn run_ops(input: &Header, ops: &[impl Step]) -> Reached {
     let shape = SHAPES[usize::from(input.shape) % SHAPES.len()];
     let spec = Spec::with_hot_add_target(
         shape
@@ -478,15 +466,6 @@ fn run_ops(input: Header, ops: &[impl Step]) -> Reached {
     let reached = h.reached;
     h.teardown();
     reached
-}
-
-/// What every input decodes before its operations: the machine's shape, the byte its memory
-/// is filled with, and its options.
-struct Header {
-    shape: u8,
-    fill: u8,
-    min_free: u8,
-    pcp: (u16, u16),
 }
 
 /// Whether `range` has a part, below or above 4 GiB, too large for any span.
@@ -2005,10 +1984,12 @@ mod tests {
             boot_order: false,
         };
         let input = Input {
-            shape: 0,
-            fill: 0x5a,
-            min_free: 1,
-            pcp: (1, 64),
+            header: Header {
+                shape: 0,
+                fill: 0x5a,
+                min_free: 1,
+                pcp: (1, 64),
+            },
             ops: vec![
                 Op::HotAdd {
                     node: 2,
@@ -2083,10 +2064,12 @@ mod tests {
             flags: 0,
         };
         let input = HandleInput {
-            shape: 0,
-            fill: 0x5a,
-            min_free: 1,
-            pcp: (4, 64),
+            header: Header {
+                shape: 0,
+                fill: 0x5a,
+                min_free: 1,
+                pcp: (4, 64),
+            },
             ops: vec![
                 HandleOp::Claim { cpu: 1 },
                 HandleOp::Claim { cpu: 1 },
