@@ -500,6 +500,19 @@ impl Layout {
 mod tests {
     use super::*;
 
+    /// The bytes of an SRAT whose entries are an enabled local APIC affinity entry (APIC 0 in
+    /// PXM 0) and an enabled memory affinity entry (`length` bytes from 0 in PXM `pxm`).
+    fn cpu_and_memory_table(pxm: u8, length: u64) -> Vec<u8> {
+        let mut t = vec![0u8; SRAT_HEADER];
+        t.extend([0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        t.extend([1, 40, pxm, 0, 0, 0, 0, 0]);
+        t.extend(0u64.to_le_bytes());
+        t.extend(length.to_le_bytes());
+        t.extend([0, 0, 0, 0, 1, 0, 0, 0]);
+        t.extend([0; 8]);
+        t
+    }
+
     fn cpu(apic: u32, pxm: u32) -> Entry {
         Entry::Cpu {
             apic,
@@ -708,13 +721,7 @@ mod tests {
     #[test]
     fn an_affinity_entry_of_the_wrong_length_makes_linux_refuse_the_srat() {
         let table = |extra: &[u8]| {
-            let mut t = vec![0u8; SRAT_HEADER];
-            t.extend([0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-            t.extend([1, 40, 0, 0, 0, 0, 0, 0]);
-            t.extend(0u64.to_le_bytes());
-            t.extend((1u64 << 30).to_le_bytes());
-            t.extend([0, 0, 0, 0, 1, 0, 0, 0]);
-            t.extend([0; 8]);
+            let mut t = cpu_and_memory_table(0, 1 << 30);
             t.extend(extra);
             t
         };
@@ -820,15 +827,8 @@ mod tests {
     /// before every memory-only domain. A disabled one names nothing.
     #[test]
     fn generic_initiator_domains_are_numbered_with_the_processors() {
-        let mut t = vec![0u8; SRAT_HEADER];
-        // Local APIC affinity: APIC 0 in PXM 0, enabled.
-        t.extend([0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        // Memory affinity: PXM 1, 256 MiB from 0, enabled.
-        t.extend([1, 40, 1, 0, 0, 0, 0, 0]);
-        t.extend(0u64.to_le_bytes());
-        t.extend((256u64 << 20).to_le_bytes());
-        t.extend([0, 0, 0, 0, 1, 0, 0, 0]);
-        t.extend([0; 8]);
+        // Local APIC affinity: APIC 0 in PXM 0; memory affinity: PXM 1, 256 MiB from 0.
+        let mut t = cpu_and_memory_table(1, 256 << 20);
         // Generic initiator affinity: PCI handle type, PXM `pxm`, a 16-byte device handle,
         // flags, 4 reserved bytes.
         let gi = |pxm: u32, flags: u32| {
@@ -998,15 +998,8 @@ mod tests {
     /// with the entries before that subtable already read.
     #[test]
     fn a_subtable_of_length_zero_makes_linux_refuse_the_srat() {
-        let mut t = vec![0u8; SRAT_HEADER];
-        // Local APIC affinity: APIC 0 in PXM 0, enabled.
-        t.extend([0, 16, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        // Memory affinity: PXM 0, 1 GiB from 0, enabled.
-        t.extend([1, 40, 0, 0, 0, 0, 0, 0]);
-        t.extend(0u64.to_le_bytes());
-        t.extend((1u64 << 30).to_le_bytes());
-        t.extend([0, 0, 0, 0, 1, 0, 0, 0]);
-        t.extend([0; 8]);
+        // Local APIC affinity: APIC 0 in PXM 0; memory affinity: PXM 0, 1 GiB from 0.
+        let mut t = cpu_and_memory_table(0, 1 << 30);
         let good = t.len();
         let used = |t: &[u8]| Layout::from_srat(3, || entries(t), &mut String::new()).is_ok();
         assert!(used(&t));
