@@ -48,6 +48,8 @@ fn whole_frames(base: u64, end: u64) -> Option<PhysRange> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::super::test_tree::{G, Out, error_of, machine};
     use super::super::{FdtError, parse};
     use super::*;
@@ -67,6 +69,49 @@ mod tests {
         assert_eq!(r.len(), 1, "the 100-byte range holds no whole frame");
         assert_eq!(r[0].range.frames(), 1);
         assert_eq!(r[0].range.start().addr().get(), G + PAGE_SIZE);
+    }
+
+    #[test]
+    fn linux_usable_memory_is_the_memory_of_a_memory_node() {
+        // Linux's `early_init_dt_scan_memory`: `reg = linux,usable-memory`, and only if that is
+        // absent `reg = reg`; memblock gets the ranges of that one property.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        let node = |usable: Option<&[u32]>| {
+            let mut m = TestNode::new("memory@40000000")
+                .prop("device_type", string("memory"))
+                .prop("reg", cells(&[0, 0x4000_0000, 0, 0x4000_0000]));
+            if let Some(u) = usable {
+                m = m.prop("linux,usable-memory", cells(u));
+            }
+            TestNode::new("")
+                .prop("#address-cells", cells(&[2]))
+                .prop("#size-cells", cells(&[2]))
+                .child(m)
+        };
+        let ranges = |root: &TestNode| {
+            let mut o = Out::new(1, 4, 0);
+            let mut t = o.topo();
+            parse(&blob(root, &[]), &mut t).unwrap();
+            t.ranges()
+                .iter()
+                .map(|r| (r.range.start().addr().get(), r.range.bytes()))
+                .collect::<std::vec::Vec<_>>()
+        };
+        assert_eq!(ranges(&node(None)), [(0x4000_0000, 0x4000_0000)]);
+        assert_eq!(
+            ranges(&node(Some(&[
+                0,
+                0x5000_0000,
+                0,
+                0x100_0000,
+                0,
+                0x6000_0000,
+                0,
+                0x20_0000
+            ]))),
+            [(0x5000_0000, 0x100_0000), (0x6000_0000, 0x20_0000)],
+            "linux,usable-memory replaces reg"
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! storage ([`FdtTopology`]), without a heap:
 //!
 //! - memory nodes (`device_type = "memory"`, children of the root) with `reg` and
-//!   `numa-node-id`;
+//!   `numa-node-id`; the memory of an enabled one is the ranges of its `linux,usable-memory`
+//!   if it has one, else of its `reg` (Linux's `early_init_dt_scan_memory`);
 //! - CPU nodes (children of `/cpus` named `cpu` or with `device_type = "cpu"`, a `"disabled"`
 //!   one included, a `"fail"` one not, as Linux's `for_each_of_cpu_node`) with `numa-node-id`;
 //!   `/cpus` is the first child of the root named exactly `cpus`, whatever its status, as

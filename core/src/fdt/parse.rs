@@ -4,7 +4,7 @@
 
 use super::error::{FdtError, Table};
 use super::output::{FdtInfo, FdtTopology};
-use super::tree::Tree;
+use super::tree::{Props, Tree};
 use super::value::{self, Cells};
 use super::{cpus, distance, memory};
 use crate::machine::MemoryRange;
@@ -85,7 +85,13 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
             }
             let node = id.unwrap_or(NodeId::new(0));
             max_id = max_id.max(node.index());
-            memory::for_each_range(dtb, &child, &p, cells, |range| {
+            // Linux's `early_init_dt_scan_memory` gives memblock the ranges of
+            // `linux,usable-memory` if the node has one, and of `reg` only otherwise.
+            let usable = Props {
+                reg: p.usable_memory.or(p.reg),
+                ..p
+            };
+            memory::for_each_range(dtb, &child, &usable, cells, |range| {
                 if let Some(slot) = out.ranges.get_mut(nranges) {
                     *slot = MemoryRange { node, range };
                 }

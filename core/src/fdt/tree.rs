@@ -37,6 +37,8 @@ pub(super) struct Props<'d> {
     pub(super) status: Option<&'d [u8]>,
     pub(super) compatible: Option<&'d [u8]>,
     pub(super) reg: Option<&'d [u8]>,
+    /// A memory node's `linux,usable-memory`, which Linux reads instead of `reg` when present.
+    pub(super) usable_memory: Option<&'d [u8]>,
     pub(super) node_id: Option<&'d [u8]>,
     pub(super) address_cells: Option<&'d [u8]>,
     pub(super) size_cells: Option<&'d [u8]>,
@@ -100,6 +102,7 @@ impl<'d> Tree<'d> {
                 "status" => &mut p.status,
                 "compatible" => &mut p.compatible,
                 "reg" => &mut p.reg,
+                "linux,usable-memory" => &mut p.usable_memory,
                 "numa-node-id" => &mut p.node_id,
                 "#address-cells" => &mut p.address_cells,
                 "#size-cells" => &mut p.size_cells,
