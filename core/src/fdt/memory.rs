@@ -115,6 +115,46 @@ mod tests {
     }
 
     #[test]
+    fn a_root_without_cells_lays_out_reg_in_one_address_and_one_size_cell() {
+        // Linux's `early_init_dt_scan_root`: without `#address-cells` or `#size-cells` in the
+        // root, `dt_root_addr_cells = OF_ROOT_NODE_ADDR_CELLS_DEFAULT` (1 but on SPARC) and
+        // `dt_root_size_cells = OF_ROOT_NODE_SIZE_CELLS_DEFAULT` (1); memory `reg` entries are
+        // read in those cells.
+        use super::super::test_tree::{TestNode, blob, cells, string};
+        let root = TestNode::new("").child(
+            TestNode::new("memory@40000000")
+                .prop("device_type", string("memory"))
+                .prop(
+                    "reg",
+                    cells(&[
+                        0x4000_0000,
+                        0x1000_0000,
+                        0x6000_0000,
+                        0x1000_0000,
+                        0x8000_0000,
+                        0x1000_0000,
+                    ]),
+                ),
+        );
+        let mut o = Out::new(1, 4, 0);
+        let mut t = o.topo();
+        parse(&blob(&root, &[]), &mut t).unwrap();
+        let got: std::vec::Vec<_> = t
+            .ranges()
+            .iter()
+            .map(|r| (r.range.start().addr().get(), r.range.bytes()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x4000_0000, 0x1000_0000),
+                (0x6000_0000, 0x1000_0000),
+                (0x8000_0000, 0x1000_0000)
+            ]
+        );
+    }
+
+    #[test]
     fn memory_node_errors() {
         assert!(matches!(
             error_of(&machine(

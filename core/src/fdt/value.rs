@@ -45,15 +45,16 @@ pub(super) struct Cells {
 }
 
 impl Cells {
-    /// The cells the two values give, or for one absent the devicetree specification's default
-    /// (2 address cells, 1 size cell).
+    /// The cells the two values give, or for one absent Linux's default for the root
+    /// (`OF_ROOT_NODE_ADDR_CELLS_DEFAULT` and `OF_ROOT_NODE_SIZE_CELLS_DEFAULT`: 1 address cell,
+    /// 1 size cell, where the devicetree specification says 2 address cells).
     pub(super) fn read(
         dtb: &[u8],
         address_cells: Option<&[u8]>,
         size_cells: Option<&[u8]>,
     ) -> Result<Cells, FdtError> {
         Ok(Cells {
-            address: cell_count(dtb, address_cells, 2)?,
+            address: cell_count(dtb, address_cells, 1)?,
             size: cell_count(dtb, size_cells, 1)?,
         })
     }
