@@ -8,8 +8,10 @@ use super::value::{self, Cells, be64};
 use crate::addr::PhysAddr;
 
 /// Calls `f` with each memory reservation of `dtb`: the header's reservation block
-/// (`/memreserve/`) and the `reg` ranges of the children of `/reserved-memory`. A platform
-/// keeps these out of the ranges it gives the allocator.
+/// (`/memreserve/`), the `reg` ranges of the children of `/reserved-memory` and a kdump
+/// kernel's ELF core header (`/chosen`'s `linux,elfcorehdr`), as Linux's
+/// `early_init_fdt_scan_reserved_mem` reserves them. A platform keeps these out of the ranges it
+/// gives the allocator.
 ///
 /// # Errors
 /// An [`FdtError`] for a malformed tree or reservation.
@@ -35,7 +37,36 @@ pub fn for_each_reservation(dtb: &[u8], mut f: impl FnMut(PhysAddr, u64)) -> Res
         at += 16;
     }
     let root = tree.root();
+    let rp = tree.props(&root)?;
+    let root_cells = Cells::read(dtb, rp.address_cells, rp.size_cells)?;
+    let mut chosen = false;
     tree.children(&root, |child| {
+        // `/chosen` as Linux's `early_init_dt_scan_chosen` finds it: the first child so named,
+        // with or without a unit address. Its `linux,elfcorehdr` (a kdump kernel's ELF core
+        // header) is one (address, size) in the root's cells, which `fdt_reserve_elfcorehdr`
+        // reserves unless its size is 0.
+        if child.name == "chosen" && !chosen {
+            chosen = true;
+            // Linux ignores a value shorter than `dt_root_addr_cells + dt_root_size_cells`
+            // (bytes compared with cells, as it is written).
+            let cells = (root_cells.address + root_cells.size) as usize;
+            if let Some(v) = tree.property(&child, "linux,elfcorehdr")?
+                && v.len() >= cells
+            {
+                let entry = ((root_cells.address + root_cells.size) * 4) as usize;
+                let first = v.get(..entry).ok_or(FdtError::BadProperty {
+                    at: value::offset_in(dtb, v),
+                    len: v.len(),
+                })?;
+                value::reg(dtb, first, root_cells, |e| {
+                    if e.size > 0 {
+                        f(PhysAddr::new(e.base), e.size);
+                    }
+                    Ok(())
+                })?;
+            }
+            return Ok(());
+        }
         if child.name != "reserved-memory" {
             return Ok(());
         }
@@ -83,6 +114,45 @@ mod tests {
                 (0x4800_0000, 0x3000),
                 (0x5000_0000, 0x2000)
             ]
+        );
+    }
+
+    #[test]
+    fn the_kdump_elf_core_header_is_a_reservation() {
+        // Linux's `early_init_dt_check_for_elfcorehdr` reads `/chosen`'s `linux,elfcorehdr` as
+        // one (address, size) in the root's cells, and `early_init_fdt_scan_reserved_mem` ends
+        // with `fdt_reserve_elfcorehdr`: `memblock_reserve(elfcorehdr_addr, elfcorehdr_size)`
+        // unless the size is 0.
+        let root = |header: &[u32]| {
+            TestNode::new("")
+                .prop("#address-cells", cells(&[2]))
+                .prop("#size-cells", cells(&[1]))
+                .child(TestNode::new("chosen").prop("linux,elfcorehdr", cells(header)))
+        };
+        let seen = |root: &TestNode| {
+            let mut seen = Vec::new();
+            for_each_reservation(&blob(root, &[(0x4000_0000, 0x1000)]), |a, s| {
+                if s > 0 {
+                    seen.push((a.get(), s));
+                }
+            })
+            .unwrap();
+            seen
+        };
+        assert_eq!(
+            seen(&root(&[1, 0x2000_0000, 0x1_0000])),
+            [(0x4000_0000, 0x1000), (0x1_2000_0000, 0x1_0000)]
+        );
+        assert_eq!(
+            seen(&root(&[1, 0x2000_0000, 0])),
+            [(0x4000_0000, 0x1000)],
+            "a header of size 0 is not reserved"
+        );
+        // `if (!prop || (len < (dt_root_addr_cells + dt_root_size_cells))) return;`
+        assert_eq!(
+            seen(&root(&[])),
+            [(0x4000_0000, 0x1000)],
+            "an empty value is ignored"
         );
     }
 }
