@@ -5,7 +5,11 @@
 //!
 //! - memory nodes (`device_type = "memory"`, children of the root) with `reg` and
 //!   `numa-node-id`; the memory of an enabled one is the ranges of its `linux,usable-memory`
-//!   if it has one, else of its `reg` (Linux's `early_init_dt_scan_memory`);
+//!   if it has one, else of its `reg` (Linux's `early_init_dt_scan_memory`), less what
+//!   `/chosen`'s `linux,usable-memory-range` (a kdump kernel's) leaves out: memory outside its
+//!   first range, unless that is also in its second (Linux's
+//!   `early_init_dt_check_for_usable_mem_range`; where the second names memory no memory node
+//!   has, Linux adds it and numaframe, which cannot tell its node, does not);
 //! - CPU nodes (children of `/cpus` named `cpu` or with `device_type = "cpu"`, a `"disabled"`
 //!   one included, a `"fail"` one not, as Linux's `for_each_of_cpu_node`) with `numa-node-id`;
 //!   `/cpus` is the first child of the root named exactly `cpus`, whatever its status, as

@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 use super::error::{FdtError, Table};
+use super::memory::UsableRange;
 use super::output::{FdtInfo, FdtTopology};
 use super::tree::{Props, Tree};
 use super::value::{self, Cells};
@@ -42,6 +43,17 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     // The node CPUs without an id of their own found up their parents, if any did.
     let mut inherited: Option<NodeId> = None;
 
+    // `/chosen`'s `linux,usable-memory-range`, which caps the memory of every memory node.
+    let mut usable = None;
+    tree.children(&root, |child| {
+        if child.name == "chosen" && usable.is_none() {
+            let v = tree.property(&child, "linux,usable-memory-range")?;
+            usable = Some(UsableRange::read(dtb, v, cells)?);
+        }
+        Ok(())
+    })?;
+    let usable = usable.unwrap_or_default();
+
     tree.children(&root, |child| {
         let p = tree.props(&child)?;
         let available = value::available(p.status);
@@ -56,7 +68,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
         if !available && value::is(p.device_type, "memory") {
             let id = memory::node_id(dtb, &p).and_then(|id| {
                 if id.is_some() {
-                    memory::for_each_range(dtb, &child, &p, cells, |_| {})?;
+                    memory::for_each_range(dtb, &child, &p, cells, UsableRange::default(), |_| {})?;
                 }
                 Ok(id)
             });
@@ -87,11 +99,11 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
             max_id = max_id.max(node.index());
             // Linux's `early_init_dt_scan_memory` gives memblock the ranges of
             // `linux,usable-memory` if the node has one, and of `reg` only otherwise.
-            let usable = Props {
+            let mem = Props {
                 reg: p.usable_memory.or(p.reg),
                 ..p
             };
-            memory::for_each_range(dtb, &child, &usable, cells, |range| {
+            memory::for_each_range(dtb, &child, &mem, cells, usable, |range| {
                 if let Some(slot) = out.ranges.get_mut(nranges) {
                     *slot = MemoryRange { node, range };
                 }
