@@ -30,7 +30,9 @@ pub fn for_each_reservation(dtb: &[u8], mut f: impl FnMut(PhysAddr, u64)) -> Res
         if at + 16 > tree.header.total_size {
             return Err(bad_block);
         }
-        if base == 0 && size == 0 {
+        // Linux's `early_init_fdt_scan_reserved_mem` stops at the first entry of size 0, where
+        // the specification's block ends with one that is all zeros.
+        if size == 0 {
             break;
         }
         f(PhysAddr::new(base), size);
@@ -115,6 +117,24 @@ mod tests {
                 (0x5000_0000, 0x2000)
             ]
         );
+    }
+
+    #[test]
+    fn the_reservation_block_ends_at_the_first_entry_of_size_0() {
+        // Linux's `early_init_fdt_scan_reserved_mem`: `for (n = 0; ; n++) {
+        // fdt_get_mem_rsv(fdt, n, &base, &size); if (!size) break; memblock_reserve(base, size);
+        // }`: an entry of size 0 ends the block whatever its address, and one at address 0 with
+        // a size is a reservation.
+        let root = TestNode::new("")
+            .prop("#address-cells", cells(&[2]))
+            .prop("#size-cells", cells(&[2]));
+        let dtb = blob(
+            &root,
+            &[(0, 0x1000), (0x4800_0000, 0), (0x5000_0000, 0x2000)],
+        );
+        let mut seen = Vec::new();
+        for_each_reservation(&dtb, |a, s| seen.push((a.get(), s))).unwrap();
+        assert_eq!(seen, [(0, 0x1000)]);
     }
 
     #[test]
