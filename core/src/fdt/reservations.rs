@@ -7,11 +7,14 @@ use super::tree::Tree;
 use super::value::{self, Cells, be64};
 use crate::addr::PhysAddr;
 
-/// Calls `f` with each memory reservation of `dtb`: the header's reservation block
-/// (`/memreserve/`), the `reg` ranges of the children of `/reserved-memory` and a kdump
-/// kernel's ELF core header (`/chosen`'s `linux,elfcorehdr`), as Linux's
-/// `early_init_fdt_scan_reserved_mem` reserves them. A platform keeps these out of the ranges it
-/// gives the allocator.
+/// Calls `f` with each memory reservation of `dtb`, as Linux's
+/// `early_init_fdt_scan_reserved_mem` reserves them: the header's reservation block
+/// (`/memreserve/`, up to its first entry of size 0), the `reg` ranges of the available children
+/// of `/reserved-memory` (none if its `#address-cells` or `#size-cells` is not the root's or it
+/// has no `ranges`, as `fdt_scan_reserved_mem` ignores it then) and a kdump kernel's ELF core
+/// header (`/chosen`'s `linux,elfcorehdr`). A platform keeps these out of the ranges it gives the
+/// allocator. Regions that name only a `size` are placed by Linux's allocator, and are not
+/// reported.
 ///
 /// # Errors
 /// An [`FdtError`] for a malformed tree or reservation.
@@ -42,6 +45,7 @@ pub fn for_each_reservation(dtb: &[u8], mut f: impl FnMut(PhysAddr, u64)) -> Res
     let rp = tree.props(&root)?;
     let root_cells = Cells::read(dtb, rp.address_cells, rp.size_cells)?;
     let mut chosen = false;
+    let mut reserved_memory = false;
     tree.children(&root, |child| {
         // `/chosen` as Linux's `early_init_dt_scan_chosen` finds it: the first child so named,
         // with or without a unit address. Its `linux,elfcorehdr` (a kdump kernel's ELF core
@@ -69,16 +73,35 @@ pub fn for_each_reservation(dtb: &[u8], mut f: impl FnMut(PhysAddr, u64)) -> Res
             }
             return Ok(());
         }
-        if child.name != "reserved-memory" {
+        // `/reserved-memory` as Linux's `fdt_scan_reserved_mem` finds it: the first child so
+        // named, with or without a unit address, whatever its status.
+        if child.name != "reserved-memory" || reserved_memory {
             return Ok(());
         }
+        reserved_memory = true;
+        // `__reserved_mem_check_root`: Linux ignores the node unless its `#size-cells` and
+        // `#address-cells` are the root's and it has `ranges`.
         let p = tree.props(&child)?;
-        let cells = Cells::read(dtb, p.address_cells, p.size_cells)?;
+        let first = |v: Option<&[u8]>| v.and_then(|v| value::be32(v, 0));
+        if first(p.size_cells) != Some(root_cells.size)
+            || first(p.address_cells) != Some(root_cells.address)
+            || tree.property(&child, "ranges")?.is_none()
+        {
+            return Ok(());
+        }
+        let entry = ((root_cells.address + root_cells.size) * 4) as usize;
         tree.children(&child, |region| {
             let rp = tree.props(&region)?;
-            if let (Some(reg), true) = (rp.reg, value::available(rp.status)) {
-                value::reg(dtb, reg, cells, |e| {
-                    f(PhysAddr::new(e.base), e.size);
+            // `__reserved_mem_reserve_reg`: a `reg` that is not whole entries skips the region,
+            // and an entry of size 0 reserves nothing.
+            if let (Some(reg), true) = (rp.reg, value::available(rp.status))
+                && !reg.is_empty()
+                && reg.len().is_multiple_of(entry)
+            {
+                value::reg(dtb, reg, root_cells, |e| {
+                    if e.size > 0 {
+                        f(PhysAddr::new(e.base), e.size);
+                    }
                     Ok(())
                 })?;
             }
@@ -92,7 +115,7 @@ mod tests {
     extern crate std;
     use std::vec::Vec;
 
-    use super::super::test_tree::{TestNode, blob, cells};
+    use super::super::test_tree::{TestNode, blob, cells, string};
     use super::*;
 
     #[test]
@@ -103,8 +126,9 @@ mod tests {
             .child(
                 TestNode::new("reserved-memory")
                     .prop("#address-cells", cells(&[2]))
-                    .prop("#size-cells", cells(&[1]))
-                    .child(TestNode::new("fw@0").prop("reg", cells(&[0, 0x5000_0000, 0x2000]))),
+                    .prop("#size-cells", cells(&[2]))
+                    .prop("ranges", Vec::new())
+                    .child(TestNode::new("fw@0").prop("reg", cells(&[0, 0x5000_0000, 0, 0x2000]))),
             );
         let dtb = blob(&root, &[(0x4000_0000, 0x1000), (0x4800_0000, 0x3000)]);
         let mut seen = Vec::new();
@@ -116,6 +140,83 @@ mod tests {
                 (0x4800_0000, 0x3000),
                 (0x5000_0000, 0x2000)
             ]
+        );
+    }
+
+    #[test]
+    fn reserved_memory_is_read_as_linux_reads_it() {
+        // Linux's `fdt_scan_reserved_mem`: `/reserved-memory` is `fdt_path_offset`'s first child
+        // of the root so named (with or without a unit address). `__reserved_mem_check_root`
+        // ignores all of it unless its `#size-cells` and `#address-cells` are there and equal to
+        // the root's, and it has `ranges`. Each available child's `reg` is read in the root's
+        // cells (`__reserved_mem_reserve_reg`): a length that is not whole entries skips that
+        // child alone, and an entry of size 0 reserves nothing.
+        let region = |name, reg: &[u32]| TestNode::new(name).prop("reg", cells(reg));
+        let reserved = |address: Option<u32>, size: Option<u32>, ranges: bool| {
+            let mut r = TestNode::new("reserved-memory");
+            if let Some(a) = address {
+                r = r.prop("#address-cells", cells(&[a]));
+            }
+            if let Some(s) = size {
+                r = r.prop("#size-cells", cells(&[s]));
+            }
+            if ranges {
+                r = r.prop("ranges", Vec::new());
+            }
+            r.child(region("a@50000000", &[0x5000_0000, 0x2000]))
+        };
+        let root = |r: TestNode| {
+            TestNode::new("")
+                .prop("#address-cells", cells(&[1]))
+                .prop("#size-cells", cells(&[1]))
+                .child(r)
+        };
+        let seen = |root: &TestNode| {
+            let mut seen = Vec::new();
+            for_each_reservation(&blob(root, &[]), |a, s| seen.push((a.get(), s))).unwrap();
+            seen
+        };
+        let a = (0x5000_0000, 0x2000);
+        assert_eq!(seen(&root(reserved(Some(1), Some(1), true))), [a]);
+        assert_eq!(
+            seen(&root(reserved(Some(1), Some(1), false))),
+            [],
+            "no ranges"
+        );
+        assert_eq!(
+            seen(&root(reserved(None, Some(1), true))),
+            [],
+            "no #address-cells"
+        );
+        assert_eq!(
+            seen(&root(reserved(Some(1), None, true))),
+            [],
+            "no #size-cells"
+        );
+        assert_eq!(
+            seen(&root(reserved(Some(2), Some(1), true))),
+            [],
+            "#address-cells other than the root's"
+        );
+        let full = root(
+            reserved(Some(1), Some(1), true)
+                .child(region("b@60000000", &[0x6000_0000, 0, 0x6100_0000, 0x1000]))
+                .child(region("bad@0", &[0x7000_0000, 0x1000, 0x7100_0000]))
+                .child(region("off@0", &[0x7200_0000, 0x1000]).prop("status", string("disabled")))
+                .child(region("c@73000000", &[0x7300_0000, 0x1000])),
+        )
+        .child(
+            TestNode::new("reserved-memory@1")
+                .prop("#address-cells", cells(&[1]))
+                .prop("#size-cells", cells(&[1]))
+                .prop("ranges", Vec::new())
+                .child(region("second@0", &[0x7400_0000, 0x1000])),
+        );
+        assert_eq!(
+            seen(&full),
+            [a, (0x6100_0000, 0x1000), (0x7300_0000, 0x1000)],
+            "entries of size 0, a child whose reg is not whole entries, a disabled child and \
+             a second /reserved-memory reserve nothing"
         );
     }
 
