@@ -19,20 +19,7 @@ pub fn string_property<'d>(
     let tree = Tree::open(dtb)?;
     let mut at = tree.root();
     for part in path.split('/').filter(|p| !p.is_empty()) {
-        let mut found = None;
-        tree.children(&at, |child| {
-            let unit = tree.unit_address(&child)?;
-            let hit = if part.contains('@') {
-                unit.is_some_and(|u| part.split_once('@') == Some((child.name, u)))
-            } else {
-                child.name == part
-            };
-            if hit && found.is_none() {
-                found = Some(child);
-            }
-            Ok(())
-        })?;
-        match found {
+        match tree.child(&at, part)? {
             Some(v) => at = v,
             None => return Ok(None),
         }

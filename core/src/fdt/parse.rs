@@ -1,5 +1,5 @@
-//! [`parse`]: one walk over the root's children (memory nodes, `/cpus`, `/chosen`), a search
-//! of the tree for the distance map, then the tables sized from what it found and filled.
+//! [`parse`]: a look at `/chosen`, one walk over the root's children (memory nodes, `/cpus`), a
+//! search of the tree for the distance map, then the tables sized from what it found and filled.
 #![deny(unsafe_code)]
 
 use super::error::{FdtError, Table};
@@ -29,10 +29,9 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     let mut max_id = 0usize;
     let mut numa = false;
     let mut missing_id: Option<usize> = None;
-    let mut bootargs = None;
-    // Linux's lookups by path take the first match: `/chosen` (`fdt_path_offset`, which also
-    // takes a `chosen@…`) and `/cpus` (`of_find_node_by_path`, the name exactly).
-    let (mut chosen, mut cpus_seen) = (false, false);
+    // Linux's lookup of `/cpus` by path takes the first match (`of_find_node_by_path`, the name
+    // exactly).
+    let mut cpus_seen = false;
     let mut memory_nodes = 0usize;
     let (mut nranges, mut ncpus) = (0usize, 0usize);
     // An error that matters only on a NUMA machine (a CPU's id, a disabled memory node's).
@@ -43,24 +42,24 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
     // The node CPUs without an id of their own found up their parents, if any did.
     let mut inherited: Option<NodeId> = None;
 
-    // `/chosen`'s `linux,usable-memory-range`, which caps the memory of every memory node.
-    let mut usable = None;
-    tree.children(&root, |child| {
-        if child.name == "chosen" && usable.is_none() {
-            let v = tree.property(&child, "linux,usable-memory-range")?;
-            usable = Some(UsableRange::read(dtb, v, cells)?);
+    // `/chosen` as Linux's `early_init_dt_scan_chosen` finds it (`fdt_path_offset`: the first
+    // child so named, with or without a unit address, whatever its status): its `bootargs`, and
+    // its `linux,usable-memory-range`, which caps the memory of every memory node.
+    let mut bootargs = None;
+    let mut usable = UsableRange::default();
+    if let Some(chosen) = tree.child(&root, "chosen")? {
+        if let Some(v) = tree.property(&chosen, "bootargs")? {
+            bootargs = value::bootargs(dtb, v)?;
         }
-        Ok(())
-    })?;
-    let usable = usable.unwrap_or_default();
+        let v = tree.property(&chosen, "linux,usable-memory-range")?;
+        usable = UsableRange::read(dtb, v, cells)?;
+    }
 
     tree.children(&root, |child| {
         let p = tree.props(&child)?;
         let available = value::available(p.status);
-        // Linux finds `/cpus` (`of_get_next_cpu_node`) and `/chosen` (`early_init_dt_scan_chosen`)
-        // by path, which looks at no status.
+        // Linux finds `/cpus` (`of_get_next_cpu_node`) by path, which looks at no status.
         let is_cpus = !cpus_seen && child.name == "cpus" && tree.unit_address(&child)?.is_none();
-        let is_chosen = !chosen && child.name == "chosen";
         // Linux's `of_numa_parse_memory_nodes` finds memory nodes by type, whatever their status,
         // and marks the node of each with an id and a `reg` possible; only their ranges are not
         // memory. A bad id or `reg` there fails Linux's NUMA set-up, and is an error here as for
@@ -83,7 +82,7 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
             }
             return Ok(());
         }
-        if !available && !is_cpus && !is_chosen {
+        if !available && !is_cpus {
             return Ok(());
         }
         if available && value::is(p.device_type, "memory") {
@@ -130,11 +129,6 @@ pub fn parse<'d>(dtb: &'d [u8], out: &mut FdtTopology<'_>) -> Result<FdtInfo<'d>
                 }
                 ncpus += 1;
             })?;
-        } else if is_chosen {
-            chosen = true;
-            if let Some(v) = p.bootargs {
-                bootargs = value::bootargs(dtb, v)?;
-            }
         }
         Ok(())
     })?;

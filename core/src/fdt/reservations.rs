@@ -44,70 +44,60 @@ pub fn for_each_reservation(dtb: &[u8], mut f: impl FnMut(PhysAddr, u64)) -> Res
     let root = tree.root();
     let rp = tree.props(&root)?;
     let root_cells = Cells::read(dtb, rp.address_cells, rp.size_cells)?;
-    let mut chosen = false;
-    let mut reserved_memory = false;
-    tree.children(&root, |child| {
-        // `/chosen` as Linux's `early_init_dt_scan_chosen` finds it: the first child so named,
-        // with or without a unit address. Its `linux,elfcorehdr` (a kdump kernel's ELF core
-        // header) is one (address, size) in the root's cells, which `fdt_reserve_elfcorehdr`
-        // reserves unless its size is 0.
-        if child.name == "chosen" && !chosen {
-            chosen = true;
-            // Linux ignores a value shorter than `dt_root_addr_cells + dt_root_size_cells`
-            // (bytes compared with cells, as it is written).
-            let cells = (root_cells.address + root_cells.size) as usize;
-            if let Some(v) = tree.property(&child, "linux,elfcorehdr")?
-                && v.len() >= cells
-            {
-                let entry = ((root_cells.address + root_cells.size) * 4) as usize;
-                let first = v.get(..entry).ok_or(FdtError::BadProperty {
-                    at: value::offset_in(dtb, v),
-                    len: v.len(),
-                })?;
-                value::reg(dtb, first, root_cells, |e| {
-                    if e.size > 0 {
-                        f(PhysAddr::new(e.base), e.size);
-                    }
-                    Ok(())
-                })?;
-            }
-            return Ok(());
-        }
-        // `/reserved-memory` as Linux's `fdt_scan_reserved_mem` finds it: the first child so
-        // named, with or without a unit address, whatever its status.
-        if child.name != "reserved-memory" || reserved_memory {
-            return Ok(());
-        }
-        reserved_memory = true;
+    // `/reserved-memory` as Linux's `fdt_scan_reserved_mem` finds it (`fdt_path_offset`: the
+    // first child so named, with or without a unit address, whatever its status).
+    if let Some(node) = tree.child(&root, "reserved-memory")? {
         // `__reserved_mem_check_root`: Linux ignores the node unless its `#size-cells` and
         // `#address-cells` are the root's and it has `ranges`.
-        let p = tree.props(&child)?;
+        let p = tree.props(&node)?;
         let first = |v: Option<&[u8]>| v.and_then(|v| value::be32(v, 0));
-        if first(p.size_cells) != Some(root_cells.size)
-            || first(p.address_cells) != Some(root_cells.address)
-            || tree.property(&child, "ranges")?.is_none()
+        if first(p.size_cells) == Some(root_cells.size)
+            && first(p.address_cells) == Some(root_cells.address)
+            && tree.property(&node, "ranges")?.is_some()
         {
-            return Ok(());
+            let entry = ((root_cells.address + root_cells.size) * 4) as usize;
+            tree.children(&node, |region| {
+                let rp = tree.props(&region)?;
+                // `__reserved_mem_reserve_reg`: a `reg` that is not whole entries skips the
+                // region, and an entry of size 0 reserves nothing.
+                if let (Some(reg), true) = (rp.reg, value::available(rp.status))
+                    && !reg.is_empty()
+                    && reg.len().is_multiple_of(entry)
+                {
+                    value::reg(dtb, reg, root_cells, |e| {
+                        if e.size > 0 {
+                            f(PhysAddr::new(e.base), e.size);
+                        }
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            })?;
         }
-        let entry = ((root_cells.address + root_cells.size) * 4) as usize;
-        tree.children(&child, |region| {
-            let rp = tree.props(&region)?;
-            // `__reserved_mem_reserve_reg`: a `reg` that is not whole entries skips the region,
-            // and an entry of size 0 reserves nothing.
-            if let (Some(reg), true) = (rp.reg, value::available(rp.status))
-                && !reg.is_empty()
-                && reg.len().is_multiple_of(entry)
-            {
-                value::reg(dtb, reg, root_cells, |e| {
-                    if e.size > 0 {
-                        f(PhysAddr::new(e.base), e.size);
-                    }
-                    Ok(())
-                })?;
-            }
-            Ok(())
-        })
-    })
+    }
+    // `/chosen` as Linux's `early_init_dt_scan_chosen` finds it. Its `linux,elfcorehdr` (a
+    // kdump kernel's ELF core header) is one (address, size) in the root's cells, which
+    // `fdt_reserve_elfcorehdr` reserves unless its size is 0.
+    if let Some(chosen) = tree.child(&root, "chosen")? {
+        // Linux ignores a value shorter than `dt_root_addr_cells + dt_root_size_cells` (bytes
+        // compared with cells, as it is written).
+        let cells = (root_cells.address + root_cells.size) as usize;
+        if let Some(v) = tree.property(&chosen, "linux,elfcorehdr")?
+            && v.len() >= cells
+        {
+            let first = v.get(..cells * 4).ok_or(FdtError::BadProperty {
+                at: value::offset_in(dtb, v),
+                len: v.len(),
+            })?;
+            value::reg(dtb, first, root_cells, |e| {
+                if e.size > 0 {
+                    f(PhysAddr::new(e.base), e.size);
+                }
+                Ok(())
+            })?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

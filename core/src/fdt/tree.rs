@@ -43,7 +43,6 @@ pub(super) struct Props<'d> {
     pub(super) address_cells: Option<&'d [u8]>,
     pub(super) size_cells: Option<&'d [u8]>,
     pub(super) distance_matrix: Option<&'d [u8]>,
-    pub(super) bootargs: Option<&'d [u8]>,
     pub(super) method: Option<&'d [u8]>,
 }
 
@@ -107,7 +106,6 @@ impl<'d> Tree<'d> {
                 "#address-cells" => &mut p.address_cells,
                 "#size-cells" => &mut p.size_cells,
                 "distance-matrix" => &mut p.distance_matrix,
-                "bootargs" => &mut p.bootargs,
                 "method" => &mut p.method,
                 _ => continue,
             };
@@ -127,6 +125,31 @@ impl<'d> Tree<'d> {
             }
         }
         Ok(None)
+    }
+
+    /// The first child of `parent` that a path component `part` names, as libfdt's
+    /// `fdt_path_offset` finds it: by its base name whatever its unit address, or by both when
+    /// `part` has an `@`. `None` without one.
+    pub(super) fn child(
+        &self,
+        parent: &Visit<'d>,
+        part: &str,
+    ) -> Result<Option<Visit<'d>>, FdtError> {
+        let mut found = None;
+        self.children(parent, |child| {
+            if found.is_some() {
+                return Ok(());
+            }
+            let hit = match part.split_once('@') {
+                Some(named) => self.unit_address(&child)?.map(|u| (child.name, u)) == Some(named),
+                None => child.name == part,
+            };
+            if hit {
+                found = Some(child);
+            }
+            Ok(())
+        })?;
+        Ok(found)
     }
 
     /// Calls `f` with each child of `parent`, stopping at the first error.
