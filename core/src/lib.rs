@@ -98,7 +98,7 @@ pub use machine::{POISON_BYTE, WriteAfterFree};
 pub use meta::Class;
 pub use meta::MAX_SPANS_PER_ZONE;
 pub use node::{HugeCounts, Node, Nodes, UnusableIndex, Watermarks, Zone, ZoneCounters, ZoneKind};
-pub use percpu::{CpuId, PcpConfig};
+pub use percpu::{CpuId, CpuKick, PcpConfig};
 pub use platform::{FrameClearer, InstallHook, PhysMemory};
 pub use stats::NumaStat;
 pub use topology::{MAX_NODES, NodeId, NodeInfo, NodeMask, Topology, TopologyError};

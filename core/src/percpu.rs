@@ -40,10 +40,12 @@
 //!   raises the caches' pressure count before it makes every CPU give back the pageblocks its
 //!   walk could use, and retries; while pressure is raised no CPU takes a new pageblock. A walk
 //!   of a handle posts the request to itself and honours it in its own retry. But the frames
-//!   cached on *another* claimed CPU come back only at that CPU's next operation or drop: a
-//!   failing walk does not wait for it (the handle may be idle, or held by the failing thread).
-//!   So an allocation may fail while up to four pageblocks stay cached on each idle claimed
-//!   CPU.
+//!   cached on *another* claimed CPU come back only at that CPU's next operation, poll or drop:
+//!   a failing walk does not wait for it (the handle may be idle, or held by the failing
+//!   thread). So an allocation may fail while up to four pageblocks stay cached on each idle
+//!   claimed CPU. A platform's [`CpuKick`] shortens that: each request posted to a claimed CPU
+//!   (but the walking handle's own) wakes it to poll, as Linux's `drain_all_pages` interrupts
+//!   the CPUs with pages on their lists.
 //!
 //! `cached_pages` and the invariant check read unclaimed caches only: a claimed CPU's cached
 //! frames are left out until its handle drops. Numastat reads every cache's event lines
@@ -93,6 +95,28 @@ impl fmt::Display for CpuId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "cpu{}", self.0)
     }
+}
+
+/// How the platform wakes a CPU whose cache a [`CpuHandle`](crate::CpuHandle) holds, when a
+/// drain asks that cache for its pageblocks back (memory pressure, `drain_cpu`, `drain_all`,
+/// `set_pcp`, offlining): Linux sends such a CPU an interrupt (`drain_all_pages`).
+///
+/// Without one, a claimed cache gives its pageblocks back at its handle's next operation or
+/// drop, so a CPU that idles with its handle alive strands them: an allocation elsewhere may
+/// fail, and an offline of their memory is refused as busy, until that CPU runs again. With
+/// one, the core calls [`kick`](CpuKick::kick) once for each request it posts to a claimed
+/// CPU (not again while that request waits, and never for the CPU whose own handle runs the
+/// failing walk), and the platform makes that CPU call [`CpuHandle::poll`](crate::CpuHandle::poll)
+/// soon: an inter-processor interrupt whose handler marks a poll due at the CPU's next safe
+/// point, or waking the thread that owns the handle. A failing allocation does not wait for
+/// the kicked CPUs: its caller tries again once they polled.
+///
+/// The core calls it with no zone or cache lock held (but with the hotplug lock during an
+/// offline), from any CPU, hence `Sync`: it must not call into the machine, and must not wait
+/// for the kicked CPU.
+pub trait CpuKick: Sync {
+    /// Asks the owner of `cpu`'s handle to call [`CpuHandle::poll`](crate::CpuHandle::poll).
+    fn kick(&self, cpu: CpuId);
 }
 
 /// Cache tuning. A CPU takes the fullest pageblock with at least `batch` free frames (the
@@ -450,7 +474,7 @@ mod claim {
     pub(super) const FORGET: u8 = 4;
 }
 
-/// Every CPU's cache, the tuning they share, and the pressure flag.
+/// Every CPU's cache, the tuning they share, the pressure flag, and how to wake a claimed CPU.
 #[derive(Debug)]
 pub(crate) struct Caches<'a> {
     cpus: &'a [&'a PerCpu<'a>],
@@ -458,6 +482,18 @@ pub(crate) struct Caches<'a> {
     tuning: AtomicU64,
     /// Walks that drained the caches and are retrying; see the module doc.
     pressure: AtomicUsize,
+    /// The platform's way to wake a claimed CPU a drain request was posted to.
+    kick: Option<Kick<'a>>,
+}
+
+/// A [`CpuKick`], shown by [`Caches`]'s `Debug` without its contents.
+#[derive(Clone, Copy)]
+struct Kick<'a>(&'a dyn CpuKick);
+
+impl fmt::Debug for Kick<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Kick")
+    }
 }
 
 /// A CPU's way into its cache: through its lock ([`Shared`]) or through a claim ([`Owned`]).
@@ -740,7 +776,36 @@ impl<'a> Caches<'a> {
             cpus,
             tuning: AtomicU64::new(config.clamped().pack()),
             pressure: AtomicUsize::new(0),
+            kick: None,
         }
+    }
+
+    /// Wakes claimed CPUs through `kick` when a drain request is posted to them.
+    pub(crate) fn set_kick(&mut self, kick: &'a dyn CpuKick) {
+        self.kick = Some(Kick(kick));
+    }
+
+    /// Posts `bit` to the flags of `cpu`'s cache `pc`; `true` if a handle holds the cache (it
+    /// honours the bit before its next operation or when it drops). With `kick`, a drain
+    /// request posted to a claimed cache that had none waiting wakes the CPU through the
+    /// platform's [`CpuKick`].
+    fn post(&self, cpu: CpuId, pc: &PerCpu<'_>, bit: u8, kick: bool) -> bool {
+        // Release: the tuning, pressure or layout stored before the bit is seen by the handle
+        // once its Acquire load finds it. The bit is in the same atomic as the claim, so either
+        // this sees the claim (and the handle, at the latest when it drops, sees the bit) or
+        // the handle is gone and the caller tries the lock again.
+        let was = pc.flags.fetch_or(bit, Ordering::Release);
+        if was & claim::CLAIMED == 0 {
+            return false;
+        }
+        if kick
+            && bit & claim::REQUEST != 0
+            && was & claim::REQUEST == 0
+            && let Some(k) = self.kick
+        {
+            k.0.kick(cpu);
+        }
+        true
     }
 
     /// The CPU registered with index `index`.
@@ -969,6 +1034,18 @@ impl<'a> Caches<'a> {
         nodes: Nodes<'_>,
         wanted: impl Fn(NodeId, ZoneKind) -> bool,
     ) -> u64 {
+        self.drain_cpu_kicking(cpu, nodes, wanted, true)
+    }
+
+    /// [`Caches::drain_cpu`], waking a claimed `cpu` through the platform's [`CpuKick`] only
+    /// with `kick`.
+    fn drain_cpu_kicking(
+        &self,
+        cpu: CpuId,
+        nodes: Nodes<'_>,
+        wanted: impl Fn(NodeId, ZoneKind) -> bool,
+        kick: bool,
+    ) -> u64 {
         let Some(pc) = self.cpus.get(cpu.index()) else {
             return 0;
         };
@@ -976,11 +1053,7 @@ impl<'a> Caches<'a> {
             if let Some(mut c) = lock_unclaimed(pc) {
                 return drain_slots(pc, &mut c, nodes, &wanted);
             }
-            // Release: the tuning or pressure stored before this drain is seen by the handle
-            // once its Acquire load finds the request. The request is in the same atomic as the
-            // claim, so either this sees the claim (and the handle, at the latest when it
-            // drops, sees the request) or the handle is gone and the lock is tried again.
-            if pc.flags.fetch_or(claim::REQUEST, Ordering::Release) & claim::CLAIMED != 0 {
+            if self.post(cpu, pc, claim::REQUEST, kick) {
                 return 0;
             }
         }
@@ -1006,8 +1079,7 @@ impl<'a> Caches<'a> {
                 }
                 return;
             }
-            // Release: as in `drain_cpu`.
-            if pc.flags.fetch_or(claim::REQUEST, Ordering::Release) & claim::CLAIMED != 0 {
+            if self.post(cpu, pc, claim::REQUEST, true) {
                 return;
             }
         }
@@ -1027,9 +1099,10 @@ impl<'a> Caches<'a> {
                 }
                 return;
             }
-            // Release: the layout published before this is seen by the handle once its Acquire
-            // load finds the note, so its next lookup cannot find the old span.
-            if pc.flags.fetch_or(claim::FORGET, Ordering::Release) & claim::CLAIMED != 0 {
+            // The layout published before the note is seen by the handle once it finds the
+            // note (`post`), so its next lookup cannot find the old span. A note frees no
+            // memory: it wakes nobody.
+            if self.post(cpu, pc, claim::FORGET, false) {
                 return;
             }
         }
@@ -1039,10 +1112,13 @@ impl<'a> Caches<'a> {
     /// pairs `wanted` accepts (a claimed CPU gets a request; see the module doc). The retry
     /// runs even if this drain found nothing: another CPU may have given its frames back
     /// meanwhile (its own free under raised pressure, or another failing walk's drain).
+    /// `asker` is the CPU whose handle runs the walk, if one does: it honours its own request
+    /// in its retry, so the platform's [`CpuKick`] is not asked to wake it.
     pub(crate) fn under_pressure<R>(
         &self,
         nodes: Nodes<'_>,
         wanted: impl Fn(NodeId, ZoneKind) -> bool,
+        asker: Option<CpuId>,
         retry: impl FnOnce() -> R,
     ) -> R {
         // Relaxed: the drain below takes every cache lock (or posts a Release request) after
@@ -1050,7 +1126,8 @@ impl<'a> Caches<'a> {
         // `caching`).
         self.pressure.fetch_add(1, Ordering::Relaxed);
         for i in 0..self.cpus.len() {
-            self.drain_cpu(CpuId(i as u32), nodes, &wanted);
+            let cpu = CpuId(i as u32);
+            self.drain_cpu_kicking(cpu, nodes, &wanted, asker != Some(cpu));
         }
         let r = retry();
         self.pressure.fetch_sub(1, Ordering::Relaxed);

@@ -62,6 +62,19 @@ impl CpuHandle<'_, '_> {
         self.own.cached_pages()
     }
 
+    /// Honours a drain request posted to this CPU now, without an allocation or a free: if a
+    /// drain asked for the cache's pageblocks (memory pressure elsewhere, `drain_cpu`,
+    /// `drain_all`, `set_pcp`, an offline), gives every one back to its zone, and forgets a
+    /// span that went offline. `true` if a drain had asked. One plain load when nothing
+    /// waits.
+    ///
+    /// Every operation of the handle does this first; a CPU that idles with its handle alive
+    /// calls it from its idle loop, or when the platform's [`CpuKick`](crate::CpuKick) asks,
+    /// so that its cached frames do not stay out of reach meanwhile.
+    pub fn poll(&mut self) -> bool {
+        self.own.honour()
+    }
+
     /// [`Machine::alloc_cpu`] through the held cache: a block of `order` preferring the CPU's
     /// node, from the cache for order 0. `None` when memory runs out.
     #[must_use = "dropping the frame leaks it"]
@@ -96,7 +109,10 @@ impl CpuHandle<'_, '_> {
             self.own.ask_other();
         }
         let node = self.own.node();
-        let req = Request::new(node, node, order, flags);
+        let req = Request {
+            handle: Some(self.own.cpu()),
+            ..Request::new(node, node, order, flags)
+        };
         let got = self.machine.walk_cached(&mut self.own, &req);
         // A failing walk drains every cache before its last try, this CPU's by a request
         // (it is claimed). An order-0 walk honours it there, through the cache; one above

@@ -3,6 +3,7 @@
 extern crate std;
 
 use crate::test_util::{SparseMem, Spec, n};
+use crate::zonelist::FallbackOptions;
 use crate::*;
 
 #[test]
@@ -504,5 +505,129 @@ fn a_handles_free_gives_its_pageblock_back_past_high_and_not_before() {
     }
     drop(h);
     m.drain_all();
+    m.check_invariants().unwrap();
+}
+
+/// A [`CpuKick`] that records the CPUs it is asked to wake.
+#[derive(Default)]
+struct Kicks(std::sync::Mutex<std::vec::Vec<CpuId>>);
+
+impl CpuKick for Kicks {
+    fn kick(&self, cpu: CpuId) {
+        self.0.lock().unwrap().push(cpu);
+    }
+}
+
+impl Kicks {
+    fn seen(&self) -> std::vec::Vec<CpuId> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn a_claimed_cpu_is_kicked_once_per_drain_request_and_its_poll_gives_the_cache_back() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let kicks = Kicks::default();
+    let m = spec
+        .boot_with_cpus(&mem, &[n(0), n(0), n(0)])
+        .with_kick(&kicks);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    let free0 = m.node(n(0)).unwrap().free_pages();
+    let mut h = m.claim_cpu(c1).unwrap();
+    assert!(!h.poll(), "nothing asked yet");
+    let p = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    h.free(p, Order::ZERO).unwrap();
+    assert!(h.cached_pages() > 0);
+    // An unclaimed CPU is drained on the spot: nobody to wake.
+    m.drain_cpu(c0);
+    assert_eq!(kicks.seen(), []);
+    m.drain_cpu(c1);
+    assert_eq!(kicks.seen(), [c1]);
+    assert!(h.cached_pages() > 0, "the request waits for the owner");
+    // The request still waits: no second kick, and none for the unclaimed CPUs.
+    m.drain_all();
+    assert_eq!(kicks.seen(), [c1]);
+    assert!(h.poll(), "a drain had asked");
+    assert_eq!(h.cached_pages(), 0);
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
+    assert!(!h.poll(), "honoured once");
+    // A new request wakes it again.
+    m.drain_cpu(c1);
+    assert_eq!(kicks.seen(), [c1, c1]);
+    drop(h);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn a_failing_walk_kicks_the_idle_claimed_cpus_but_not_the_one_walking() {
+    let spec = Spec::uniform(1, 1024, 0);
+    let mem = SparseMem::default();
+    let kicks = Kicks::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]).with_kick(&kicks);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    let free0 = m.node(n(0)).unwrap().free_pages();
+    let (mut h0, mut h1) = (m.claim_cpu(c0).unwrap(), m.claim_cpu(c1).unwrap());
+    let p = h1.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    // CPU 0 takes everything else; its last walk fails, and asks both caches back: its own
+    // in its retry, CPU 1's by a request and a kick.
+    let mut taken = std::vec![p];
+    while let Some(q) = h0.alloc(Order::ZERO, AllocFlags::empty()) {
+        taken.push(q);
+    }
+    assert_eq!(kicks.seen(), [c1]);
+    let stranded = h1.cached_pages();
+    assert!(stranded > 0);
+    // Once CPU 1 polls, its frames serve CPU 0.
+    assert!(h1.poll());
+    for _ in 0..stranded {
+        taken.push(h0.alloc(Order::ZERO, AllocFlags::empty()).unwrap());
+    }
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), 0);
+    for q in taken {
+        h0.free(q, Order::ZERO).unwrap();
+    }
+    drop((h0, h1));
+    m.drain_all();
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn an_offline_refused_for_an_idle_claimed_cache_succeeds_once_the_kicked_cpu_polls() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let kicks = Kicks::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]).with_kick(&kicks);
+    let c1 = m.cpu(1).unwrap();
+    let added = PhysRange::new(Pfn::new(1 << 14), Pfn::new((1 << 14) + 2048)).unwrap();
+    m.hot_add(&mem, n(0), added, FallbackOptions::default())
+        .unwrap();
+    // Boot memory all taken: CPU 1's cache can only hold a pageblock of the added range.
+    let mut boot = std::vec::Vec::new();
+    loop {
+        let p = m.alloc(n(0), Order::ZERO, AllocFlags::empty()).unwrap();
+        if added.contains(p) {
+            m.free(p, Order::ZERO).unwrap();
+            break;
+        }
+        boot.push(p);
+    }
+    let mut h = m.claim_cpu(c1).unwrap();
+    let p = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    assert!(added.contains(p));
+    h.free(p, Order::ZERO).unwrap();
+    assert!(h.cached_pages() > 0);
+    let opts = OfflineOptions::default();
+    assert!(matches!(
+        m.offline(&mem, added, opts),
+        Err(OfflineError::Busy { .. })
+    ));
+    assert_eq!(kicks.seen(), [c1]);
+    assert!(h.poll());
+    m.offline(&mem, added, opts).unwrap();
+    assert_eq!(m.node_of(added.start()), None);
+    drop(h);
+    m.free_bulk(&boot).unwrap();
     m.check_invariants().unwrap();
 }

@@ -28,7 +28,7 @@ use bitflags::bitflags;
 use crate::addr::PhysRange;
 use crate::interleave::Weights;
 use crate::node::{Node, Nodes};
-use crate::percpu::{Caches, CpuId, PcpConfig};
+use crate::percpu::{Caches, CpuId, CpuKick, PcpConfig};
 use crate::platform::{FrameClearer, PhysMemory, Poison};
 use crate::stats::NumaStat;
 use crate::sync::RwLock;
@@ -172,6 +172,15 @@ impl<'a> Machine<'a> {
         self.clearer = Some(clearer);
         #[cfg(feature = "poison")]
         self.poison_free_memory();
+        self
+    }
+
+    /// The machine, waking a claimed CPU through `kick` whenever a drain request is posted to
+    /// it (see [`CpuKick`]); without it, such a CPU gives its cached pageblocks
+    /// back at its handle's next operation or drop.
+    #[must_use]
+    pub fn with_kick(mut self, kick: &'a dyn CpuKick) -> Self {
+        self.caches.set_kick(kick);
         self
     }
 

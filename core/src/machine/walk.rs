@@ -10,6 +10,7 @@ use crate::buddy::NoBlock;
 use crate::buddy::{Got, Hosting};
 use crate::meta::{Class, Pool, Short};
 use crate::node::{Level, Mark, Zone, ZoneKind, count_foreign};
+use crate::percpu::CpuId;
 use crate::platform::Mapped;
 use crate::stats::OwnEvents;
 use crate::topology::{NodeId, NodeMask};
@@ -27,6 +28,9 @@ pub(crate) struct Request<'f> {
     pub(crate) filter: Option<&'f NodeMask>,
     /// An interleave picked `preferred` (counts `interleave_hit`).
     pub(crate) interleave: bool,
+    /// The CPU whose handle asks, if one does: a failing walk does not kick it (see
+    /// [`CpuKick`](crate::CpuKick)), as the handle honours its own request.
+    pub(crate) handle: Option<CpuId>,
 }
 
 impl<'f> Request<'f> {
@@ -44,6 +48,7 @@ impl<'f> Request<'f> {
             flags,
             filter: None,
             interleave: false,
+            handle: None,
         }
     }
 
@@ -359,6 +364,7 @@ impl<'a> Machine<'a> {
         self.caches.under_pressure(
             self.nodes,
             |node, kind| visited.contains(node) && kinds.contains(&kind),
+            req.handle,
             || loop {
                 // A publication during this walk may have torn the list it read: read again.
                 let seq = self.layout.begin();
@@ -504,6 +510,7 @@ impl<'a> Machine<'a> {
             done += self.caches.under_pressure(
                 self.nodes,
                 |node, kind| visited.contains(node) && kinds.contains(&kind),
+                None,
                 || {
                     let mut got = 0;
                     loop {
