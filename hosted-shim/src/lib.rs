@@ -1,6 +1,7 @@
 //! numaframe-hosted: runs the numaframe core on Linux.
 //!
-//! [`sim`] simulates machines over mmap (and [`reporting`] gives reported memory back to Linux), [`readers`] and [`presets`] describe them ([`spec`]),
+//! [`sim`] simulates machines over mmap (and [`reporting`] gives reported memory back to Linux,
+//! [`kick`] wakes the threads that own idle CPU handles), [`readers`] and [`presets`] describe them ([`spec`]),
 //! [`model`] estimates placements' bandwidth, [`bench`](mod@bench) measures numaframe against its peers,
 //! and [`cli`] is the `numaframe` command, one module of [`commands`] per subcommand.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -11,6 +12,7 @@ pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod error;
+pub mod kick;
 pub mod model;
 pub mod presets;
 pub mod readers;
