@@ -36,9 +36,9 @@ use numaframe::interleave::{IlState, Weights};
 use numaframe::policy::{Policy, TaskPolicy};
 use numaframe::zonelist::FallbackOptions;
 use numaframe::{
-    AllocFlags, BootError, BootOptions, ClaimError, CpuHandle, CpuId, FrameClearer, FreeError,
-    Machine, MemoryRange, NodeId, NodeMask, OfflineError, OfflineOptions, Order, PAGE_SIZE,
-    PcpConfig, Pfn, PhysRange, PolicyError, REPORT_CAPACITY, ReportError, ZoneKind,
+    AllocFlags, BootError, BootOptions, ClaimError, CpuHandle, CpuId, CpuKick, FrameClearer,
+    FreeError, Machine, MemoryRange, NodeId, NodeMask, OfflineError, OfflineOptions, Order,
+    PAGE_SIZE, PcpConfig, Pfn, PhysRange, PolicyError, REPORT_CAPACITY, ReportError, ZoneKind,
 };
 use numaframe_testkit::{Snap, SparseMem, Spec, memory_range};
 
@@ -296,6 +296,10 @@ pub enum HandleOp {
         picks: Vec<u16>,
         bad: Option<(u8, u16)>,
     },
+    /// Honours a drain request posted to the CPU, as an idle owner kicked by a drain does.
+    Poll {
+        cpu: u8,
+    },
 }
 
 /// What kind of block the model holds.
@@ -337,6 +341,22 @@ impl FrameClearer for Recorder {
 impl Recorder {
     fn take(&self) -> Vec<PhysRange> {
         std::mem::take(&mut *self.0.lock().expect("recorder"))
+    }
+}
+
+/// Records the CPUs the machine kicks, for the harness to judge after each operation.
+#[derive(Debug, Default)]
+struct Kicks(Mutex<Vec<CpuId>>);
+
+impl CpuKick for Kicks {
+    fn kick(&self, cpu: CpuId) {
+        self.0.lock().expect("kicks").push(cpu);
+    }
+}
+
+impl Kicks {
+    fn take(&self) -> Vec<CpuId> {
+        std::mem::take(&mut *self.0.lock().expect("kicks"))
     }
 }
 
@@ -454,7 +474,11 @@ fn run_ops(input: &Header, ops: &[impl Step]) -> Reached {
         ..spec.options()
     };
     let cleared = Recorder::default();
-    let m = spec.boot_with(&mem, opts).with_clearer(&cleared);
+    let kicks = Kicks::default();
+    let m = spec
+        .boot_with(&mem, opts)
+        .with_clearer(&cleared)
+        .with_kick(&kicks);
     m.check_invariants().expect("invariants after boot");
     let mut h = Harness::new(&m, &mem, &spec.ranges);
     h.check();
@@ -462,6 +486,7 @@ fn run_ops(input: &Header, ops: &[impl Step]) -> Reached {
         let rule = op.apply(&mut h);
         h.check();
         h.check_cleared(rule, &cleared.take());
+        h.check_kicks(&kicks.take());
     }
     let reached = h.reached;
     h.teardown();
@@ -505,6 +530,10 @@ struct Harness<'m, 'a> {
     policies: [Option<TaskPolicy>; 2],
     /// The live handle of each of the machine's CPUs.
     handles: Vec<Option<CpuHandle<'m, 'a>>>,
+    /// Per CPU: kicked, and its handle has not run since (the request waits).
+    kicked: Vec<bool>,
+    /// The CPU whose handle the current operation runs on.
+    acting: Option<usize>,
     /// Which of the handle paths the operations reached.
     reached: Reached,
 }
@@ -517,6 +546,10 @@ pub struct Reached {
     pub unchecked: u32,
     /// Offlines refused as busy while a handle lived (judged by the claimed-CPU rule).
     pub claimed_busy: u32,
+    /// Kicks of claimed CPUs.
+    pub kicks: u32,
+    /// Polls that honoured a drain request.
+    pub polls: u32,
 }
 
 impl<'m, 'a> Harness<'m, 'a> {
@@ -550,6 +583,8 @@ impl<'m, 'a> Harness<'m, 'a> {
             known_cpus,
             policies: [None, None],
             handles: (0..known_cpus).map(|_| None).collect(),
+            kicked: vec![false; known_cpus],
+            acting: None,
             reached: Reached::default(),
         }
     }
@@ -1049,12 +1084,14 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let Some(i) = self.handle_index(cpu) else {
                     return;
                 };
+                self.acts(i);
                 self.handles[i] = None;
             }
             HandleOp::Alloc { cpu, order, flags } => {
                 let Some(i) = self.handle_index(cpu) else {
                     return;
                 };
+                self.acts(i);
                 let (order, flags) = (order_of(order), flags_of(flags));
                 let Some(h) = self.handles[i].as_mut() else {
                     return;
@@ -1068,6 +1105,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let Some(i) = self.handle_index(cpu) else {
                     return;
                 };
+                self.acts(i);
                 let flags = flags_of(flags);
                 let Some(h) = self.handles[i].as_mut() else {
                     return;
@@ -1090,6 +1128,7 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let Some(i) = self.handle_index(cpu) else {
                     return;
                 };
+                self.acts(i);
                 // A huge page of the model given to a handle is misuse, which the model judges.
                 let (mut pfn, mut order) = if again {
                     let Some(&(pfn, order, _)) =
@@ -1119,11 +1158,69 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let Some(i) = self.handle_index(cpu) else {
                     return;
                 };
+                self.acts(i);
                 if self.handles[i].is_some() {
                     self.free_bulk(picks, bad, Some(i));
                 }
             }
+            HandleOp::Poll { cpu } => {
+                let Some(i) = self.handle_index(cpu) else {
+                    return;
+                };
+                let kicked = self.kicked[i];
+                self.acts(i);
+                let Some(h) = self.handles[i].as_mut() else {
+                    return;
+                };
+                let before = Snap::of(m);
+                if h.poll() {
+                    self.reached.polls += 1;
+                    assert_eq!(
+                        h.cached_pages(),
+                        0,
+                        "a poll that honoured a drain kept frames"
+                    );
+                } else {
+                    assert!(
+                        !kicked,
+                        "{} was kicked, but its poll found no request",
+                        h.cpu()
+                    );
+                    assert_eq!(
+                        Snap::of(m),
+                        before,
+                        "a poll with nothing to honour changed the machine"
+                    );
+                }
+            }
         }
+    }
+
+    /// The current operation runs on CPU `i`'s handle, if it lives: the handle honours a
+    /// request waiting for it first, so a kick since is for a new one.
+    fn acts(&mut self, i: usize) {
+        if self.handles[i].is_some() {
+            self.acting = Some(i);
+            self.kicked[i] = false;
+        }
+    }
+
+    /// Judges the kicks of the last operation: each of a claimed CPU other than the one whose
+    /// handle ran it (that handle honours its own request), and at most one per request: none
+    /// while a kick waits for the CPU's handle to run.
+    fn check_kicks(&mut self, kicks: &[CpuId]) {
+        for &cpu in kicks {
+            let i = cpu.index();
+            assert!(
+                self.handles.get(i).is_some_and(Option::is_some),
+                "kicked {cpu}, which no handle holds"
+            );
+            assert_ne!(self.acting, Some(i), "{cpu}'s own walk kicked it");
+            assert!(!self.kicked[i], "{cpu} kicked again before its handle ran");
+            self.kicked[i] = true;
+            self.reached.kicks += 1;
+        }
+        self.acting = None;
     }
 
     /// The index of the machine's CPU `x` names, as [`Harness::cpu`] names it; `None` for a
@@ -2045,10 +2142,11 @@ mod tests {
 
     /// A hand-written sequence through the handle operations: claims (a claimed CPU and an
     /// unknown one refused), hot and bulk allocations, unchecked, clean and checked frees, a
-    /// double free, a wrong order, a drain request honoured at the next operation, a bulk free
-    /// with a misuse, the locked API of a claimed CPU, a busy offline of a hot-added span while
-    /// a CPU is claimed, and a drop. (The fuzzer finds the rest.) It checks that it reached the
-    /// unchecked free and the claimed-CPU offline rule.
+    /// double free, a wrong order, a drain request that kicks the CPU and is honoured by a poll
+    /// (a second poll finds none), another honoured at the next operation, a bulk free with a
+    /// misuse, the locked API of a claimed CPU, a busy offline of a hot-added span while a CPU
+    /// is claimed, and a drop. (The fuzzer finds the rest.) It checks that it reached the
+    /// unchecked free, the claimed-CPU offline rule, the kicks and a poll that honoured one.
     #[test]
     fn handle_ops_follow_the_model() {
         let free = |pick, mutate, how, again| HandleOp::Free {
@@ -2093,6 +2191,8 @@ mod tests {
                     flags: 0,
                 }),
                 HandleOp::Other(Op::DrainCpu { cpu: 1 }),
+                HandleOp::Poll { cpu: 1 },
+                HandleOp::Poll { cpu: 1 },
                 HandleOp::Other(Op::DrainAll),
                 alloc(0),
                 HandleOp::FreeBulk {
@@ -2133,7 +2233,10 @@ mod tests {
         };
         let reached = run_handle_input(&input);
         assert!(
-            reached.unchecked > 0 && reached.claimed_busy > 0,
+            reached.unchecked > 0
+                && reached.claimed_busy > 0
+                && reached.kicks >= 2
+                && reached.polls > 0,
             "the sequence missed a path it names: {reached:?}"
         );
     }
