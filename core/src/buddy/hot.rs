@@ -85,6 +85,14 @@ impl FreeArea {
         zero: bool,
         take: impl FnOnce(&Lent),
     ) -> Result<Option<super::Got>, NoBlock> {
+        // The common case of a zone with no pageblock worth lending (memory nearly full), in
+        // one look: the frame the general path below would take from the pageblock `pick`
+        // would find.
+        if min_free <= 1
+            && let Some(got) = self.take_single(class, zero, lend_min)
+        {
+            return Ok(Some(got));
+        }
         let r = match self.pick_min(class, usize::from(min_free)) {
             Some(r) => r,
             None => self.pick(0, class)?,

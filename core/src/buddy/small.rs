@@ -342,7 +342,7 @@ impl FreeArea {
         zero: bool,
     ) -> Result<Got, NoBlock> {
         if order == 0
-            && let Some(got) = self.take_single(class, zero)
+            && let Some(got) = self.take_single(class, zero, u16::MAX)
         {
             return Ok(got);
         }
@@ -516,8 +516,9 @@ impl FreeArea {
     /// finds, with the same result. When the pageblock is alone in its bucket and the bucket
     /// of its new count is empty, it moves there without touching another header; otherwise
     /// (or when it fills up) it leaves its bucket and settles as usual. `None`, with nothing
-    /// changed, when `pick_single` would not take it.
-    fn take_single(&mut self, class: Class, zero: bool) -> Option<Got> {
+    /// changed, when `pick_single` would not take it, or when it has `under` free frames or
+    /// more.
+    pub(super) fn take_single(&mut self, class: Class, zero: bool, under: u16) -> Option<Got> {
         let bucket = &self.buckets[class.index()];
         let (b, head) = bucket.first_from(0, 1)?;
         let r = PbRef::unpack(head)?;
@@ -525,7 +526,7 @@ impl FreeArea {
             return None;
         }
         let (off, dirty, at) = self.meta.with_pb_mut(r, |h, alloc, extra| {
-            if !serves_single(&self.buckets[class.index()], b, h) {
+            if h.free >= under || !serves_single(&self.buckets[class.index()], b, h) {
                 return None;
             }
             let alloc = alloc?;

@@ -280,3 +280,70 @@ fn a_free_of_another_spans_frame_in_a_lent_pageblock_goes_to_its_own_zone() {
     m.drain_all();
     m.check_invariants().unwrap();
 }
+
+/// With memory nearly full no pageblock is worth lending, and a per-CPU allocation takes its
+/// frame straight from the zone: the very frame the node API takes, in two machines that see
+/// the same frees (a few frames free in every pageblock, then a random free and an
+/// allocation, over and over: LLFree's "repeat").
+#[test]
+fn a_per_cpu_allocation_with_nothing_worth_lending_takes_the_node_apis_frame() {
+    let spec = Spec::uniform(1, 4096, 0);
+    let (mem_a, mem_b) = (SparseMem::default(), SparseMem::default());
+    let node_api = spec.boot_with_cpus(&mem_a, &[n(0)]);
+    let per_cpu = spec.boot_with_cpus(&mem_b, &[n(0)]);
+    let c0 = per_cpu.cpu(0).unwrap();
+    let fill = |m: &Machine<'_>| -> Vec<Pfn> {
+        core::iter::from_fn(|| m.alloc(n(0), Order::ZERO, AllocFlags::empty())).collect()
+    };
+    let (mut a, b) = (fill(&node_api), fill(&per_cpu));
+    assert_eq!(a, b);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |len: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % len as u64) as usize
+    };
+    assert_eq!(node_api.node(n(0)).unwrap().free_pages(), 0);
+    // Free frames per pageblock, kept below 16 so that none is worth lending: first about 1
+    // frame in 128, 4 in a pageblock.
+    let mut free = std::collections::BTreeMap::<u64, usize>::new();
+    for _ in 0..a.len() / 128 {
+        let p = a.swap_remove(next(a.len()));
+        node_api.free(p, Order::ZERO).unwrap();
+        per_cpu.free(p, Order::ZERO).unwrap();
+        *free.entry(p.get() >> 9).or_default() += 1;
+    }
+    let free_in = |free: &std::collections::BTreeMap<u64, usize>, p: Pfn| {
+        free.get(&(p.get() >> 9)).copied().unwrap_or(0)
+    };
+    let mut rounds = 0;
+    while rounds < 2000 {
+        let i = next(a.len());
+        if free_in(&free, a[i]) >= 15 {
+            continue;
+        }
+        node_api.free(a[i], Order::ZERO).unwrap();
+        per_cpu.free_cpu(c0, a[i], Order::ZERO).unwrap();
+        *free.entry(a[i].get() >> 9).or_default() += 1;
+        let p = node_api
+            .alloc(n(0), Order::ZERO, AllocFlags::empty())
+            .unwrap();
+        let q = per_cpu
+            .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
+            .unwrap();
+        assert_eq!(p, q, "round {rounds}");
+        *free.entry(p.get() >> 9).or_default() -= 1;
+        a[i] = p;
+        rounds += 1;
+    }
+    assert_eq!(per_cpu.cached_pages(), 0, "nothing was lent");
+    assert_eq!(
+        node_api.node(n(0)).unwrap().free_pages(),
+        per_cpu.node(n(0)).unwrap().free_pages()
+    );
+    node_api.free_bulk(&a).unwrap();
+    per_cpu.free_bulk(&a).unwrap();
+    node_api.check_invariants().unwrap();
+    per_cpu.check_invariants().unwrap();
+}
