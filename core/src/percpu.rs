@@ -874,10 +874,25 @@ impl<'a> Caches<'a> {
             .cpus
             .get(cpu.index())
             .ok_or(ClaimError::UnknownCpu { cpu: cpu.0 })?;
-        // Relaxed: only one claim can set the bit; the cache lock taken next orders the
-        // cache's contents.
-        if pc.flags.fetch_or(claim::CLAIMED, Ordering::Relaxed) & claim::CLAIMED != 0 {
-            return Err(ClaimError::Claimed { cpu: cpu.0 });
+        // Only one claim can set the bit. It clears a request or note left by a drain that
+        // posted it after the last handle dropped: that drain found the claim gone and does
+        // its work under the cache lock itself, or finds this claim and posts again (after
+        // this, so the bit it sets is new and kicks the CPU). A stale bit would pass for a
+        // request this CPU was kicked for, and the next one would wake nobody. Relaxed: the
+        // cache lock taken next orders the cache's contents.
+        let mut was = pc.flags.load(Ordering::Relaxed);
+        loop {
+            if was & claim::CLAIMED != 0 {
+                return Err(ClaimError::Claimed { cpu: cpu.0 });
+            }
+            let now = (was | claim::CLAIMED) & !(claim::REQUEST | claim::FORGET);
+            match pc
+                .flags
+                .compare_exchange(was, now, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(found) => was = found,
+            }
         }
         // A remote drain or an operation of the locked API may hold the lock for a moment.
         let c = pc.cache.lock();

@@ -685,3 +685,41 @@ fn every_drain_request_to_a_claimed_cpu_is_kicked_once() {
         assert_all_free(&m);
     });
 }
+
+/// A remote drain races the drop of CPU 0's handle: it may find the claim, then post its
+/// request after the handle is gone (and drain the cache itself). The CPU claimed again and
+/// idle is still woken by the next request posted to it: a request bit left behind by a drain
+/// of the unclaimed cache must not pass for one its new owner has been kicked for.
+/// Every interleaving at three preemptions: well under a second.
+#[test]
+fn a_request_posted_after_a_handle_dropped_leaves_the_next_claim_kickable() {
+    model(|| {
+        let kicks = numaframe_loom::keep(Kicks::default());
+        let m = Arc::new(
+            Tiny::new(1, 64, &[])
+                .boot_kept_with_cpus(&[N0], PcpConfig::default())
+                .with_kick(kicks),
+        );
+        let c0 = m.cpu(0).expect("cpu 0");
+        let h = m.claim_cpu(c0).expect("unclaimed");
+        race(
+            {
+                let m = m.clone();
+                move || m.drain_cpu(c0)
+            },
+            || drop(h),
+        );
+        // Relaxed: a count read after the threads are joined.
+        let before = kicks.0.load(Ordering::Relaxed);
+        let mut h = m.claim_cpu(c0).expect("released");
+        m.drain_cpu(c0);
+        assert_eq!(
+            kicks.0.load(Ordering::Relaxed),
+            before + 1,
+            "the request posted to the idle claimed CPU wakes it"
+        );
+        assert!(h.poll());
+        drop(h);
+        assert_all_free(&m);
+    });
+}
