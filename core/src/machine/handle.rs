@@ -115,10 +115,12 @@ impl CpuHandle<'_, '_> {
         };
         let got = self.machine.walk_cached(&mut self.own, &req);
         // A failing walk drains every cache before its last try, this CPU's by a request
-        // (it is claimed). An order-0 walk honours it there, through the cache; one above
-        // order 0 never looks at the cache, so it gives the frames back here and tries again:
-        // they may merge into the block it wants.
-        if got.is_none() && order != Order::ZERO && self.own.honour() {
+        // (it is claimed) that kicks nobody. An order-0 walk honours it there, through the
+        // cache; one above order 0 never looks at the cache, so it gives the frames back
+        // here, whether its last try found a block or not: a request left waiting would pass
+        // for one this CPU was kicked for, and the next drain would not wake it. A walk that
+        // failed then tries again: the frames may merge into the block it wants.
+        if self.own.honour() && got.is_none() && order != Order::ZERO {
             return self.machine.walk_cached(&mut self.own, &req);
         }
         got

@@ -631,3 +631,60 @@ fn an_offline_refused_for_an_idle_claimed_cache_succeeds_once_the_kicked_cpu_pol
     m.free_bulk(&boot).unwrap();
     m.check_invariants().unwrap();
 }
+
+/// A handle's walk above order 0 that fails, drains the caches and then succeeds leaves no
+/// request of its own waiting: a drain request posted to the idle CPU afterwards (another
+/// CPU's failing walk) still kicks it, since none was waiting for it.
+#[test]
+fn a_handles_big_walk_that_succeeds_after_draining_leaves_its_cpu_kickable() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let kicks = Kicks::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]).with_kick(&kicks);
+    let (c0, c1) = (m.cpu(0).unwrap(), m.cpu(1).unwrap());
+    let free0 = m.node(n(0)).unwrap().free_pages();
+    let mut taken: std::vec::Vec<Pfn> =
+        core::iter::from_fn(|| m.alloc(n(0), Order::ZERO, AllocFlags::empty())).collect();
+    taken.sort_unstable();
+    // Two pageblocks wholly handed out: the first 32 frames of each are freed, so that CPU 1
+    // borrows one and CPU 0 the other.
+    let mut blocks: std::vec::Vec<u64> = taken
+        .iter()
+        .map(|p| p.get() & !511)
+        .filter(|&b| (b..b + 512).all(|f| taken.binary_search(&Pfn::new(f)).is_ok()))
+        .collect();
+    blocks.dedup();
+    let (a, b) = (blocks[0], blocks[1]);
+    let freed = |base: u64| (base..base + 32).map(Pfn::new);
+    for p in freed(a) {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    taken.retain(|p| !(a..a + 32).contains(&p.get()));
+    let mut h = m.claim_cpu(c1).unwrap();
+    let p = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    h.free(p, Order::ZERO).unwrap();
+    assert_eq!(h.cached_pages(), 32);
+    for p in freed(b) {
+        m.free(p, Order::ZERO).unwrap();
+    }
+    taken.retain(|p| !(b..b + 32).contains(&p.get()));
+    let q = m.alloc_cpu(c0, Order::ZERO, AllocFlags::empty()).unwrap();
+    m.free_cpu(c0, q, Order::ZERO).unwrap();
+    assert_eq!(m.cached_pages(), 32);
+    // The zones have nothing: CPU 1's order-1 walk fails, drains CPU 0's cache, and its
+    // retry takes a block of the pageblock given back.
+    let big = h.alloc(Order::new(1), AllocFlags::empty()).unwrap();
+    assert!((b..b + 32).contains(&big.get()));
+    assert_eq!(kicks.seen(), [], "no CPU but the walking one was claimed");
+    // Another walk fails: it posts CPU 1, idle, a request, which must wake it.
+    assert_eq!(m.alloc(n(0), Order::new(9), AllocFlags::empty()), None);
+    assert_eq!(kicks.seen(), [c1], "the idle claimed CPU is kicked");
+    h.poll();
+    assert_eq!(h.cached_pages(), 0);
+    h.free(big, Order::new(1)).unwrap();
+    drop(h);
+    m.free_bulk(&taken).unwrap();
+    m.drain_all();
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
+    m.check_invariants().unwrap();
+}
