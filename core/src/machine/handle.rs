@@ -131,6 +131,8 @@ impl CpuHandle<'_, '_> {
     /// at once; the walk refills it between runs.
     #[must_use = "dropping the frames leaks them"]
     pub fn alloc_bulk(&mut self, flags: AllocFlags, out: &mut [Pfn]) -> usize {
+        // As every operation, even one with nothing to place.
+        self.own.honour();
         let m = self.machine;
         let mut n = 0;
         while let Some(rest) = out.get_mut(n..).filter(|r| !r.is_empty()) {

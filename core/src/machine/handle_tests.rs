@@ -688,3 +688,23 @@ fn a_handles_big_walk_that_succeeds_after_draining_leaves_its_cpu_kickable() {
     assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
     m.check_invariants().unwrap();
 }
+
+#[test]
+fn an_empty_bulk_allocation_honours_a_drain_request_as_every_operation_does() {
+    let spec = Spec::uniform(1, 2048, 0);
+    let mem = SparseMem::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0)]);
+    let c0 = m.cpu(0).unwrap();
+    let free0 = m.node(n(0)).unwrap().free_pages();
+    let mut h = m.claim_cpu(c0).unwrap();
+    let p = h.alloc(Order::ZERO, AllocFlags::empty()).unwrap();
+    h.free(p, Order::ZERO).unwrap();
+    assert!(h.cached_pages() > 0);
+    m.drain_cpu(c0);
+    assert_eq!(h.alloc_bulk(AllocFlags::empty(), &mut []), 0);
+    assert_eq!(h.cached_pages(), 0, "the request was honoured");
+    assert_eq!(m.node(n(0)).unwrap().free_pages(), free0);
+    assert!(!h.poll(), "nothing left to honour");
+    drop(h);
+    m.check_invariants().unwrap();
+}
