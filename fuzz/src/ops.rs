@@ -1128,7 +1128,6 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let Some(i) = self.handle_index(cpu) else {
                     return;
                 };
-                self.acts(i);
                 // A huge page of the model given to a handle is misuse, which the model judges.
                 let (mut pfn, mut order) = if again {
                     let Some(&(pfn, order, _)) =
@@ -1158,7 +1157,6 @@ impl<'m, 'a> Harness<'m, 'a> {
                 let Some(i) = self.handle_index(cpu) else {
                     return;
                 };
-                self.acts(i);
                 if self.handles[i].is_some() {
                     self.free_bulk(picks, bad, Some(i));
                 }
@@ -1173,7 +1171,17 @@ impl<'m, 'a> Harness<'m, 'a> {
                     return;
                 };
                 let before = Snap::of(m);
-                if h.poll() {
+                let asked = h.poll();
+                // A request waits exactly when a kick does: the only requests left waiting
+                // after an operation are those another CPU's drain posted to a claimed one.
+                assert_eq!(
+                    asked,
+                    kicked,
+                    "{}'s poll found a request: {asked}; kicked since its handle last ran: \
+                     {kicked}",
+                    h.cpu()
+                );
+                if asked {
                     self.reached.polls += 1;
                     assert_eq!(
                         h.cached_pages(),
@@ -1181,11 +1189,6 @@ impl<'m, 'a> Harness<'m, 'a> {
                         "a poll that honoured a drain kept frames"
                     );
                 } else {
-                    assert!(
-                        !kicked,
-                        "{} was kicked, but its poll found no request",
-                        h.cpu()
-                    );
                     assert_eq!(
                         Snap::of(m),
                         before,
@@ -1196,8 +1199,8 @@ impl<'m, 'a> Harness<'m, 'a> {
         }
     }
 
-    /// The current operation runs on CPU `i`'s handle, if it lives: the handle honours a
-    /// request waiting for it first, so a kick since is for a new one.
+    /// The current operation calls CPU `i`'s handle, if it lives: every call honours a request
+    /// waiting for it, so a kick since is for a new one.
     fn acts(&mut self, i: usize) {
         if self.handles[i].is_some() {
             self.acting = Some(i);
@@ -1268,6 +1271,7 @@ impl<'m, 'a> Harness<'m, 'a> {
         let held = self.model.get(&pfn.get()).copied();
         let valid = held.is_some_and(|b| b.order == order && b.kind == Kind::Small);
         let (_, before) = self.places();
+        self.acts(i);
         let Some(h) = self.handles[i].as_mut() else {
             return;
         };
@@ -1694,6 +1698,9 @@ impl<'m, 'a> Harness<'m, 'a> {
         });
         let before = Snap::of(m);
         let (_, places) = self.places();
+        if let Some(i) = handle {
+            self.acts(i);
+        }
         let result = match handle.and_then(|i| self.handles[i].as_mut()) {
             Some(h) => h.free_bulk(&list),
             None => m.free_bulk(&list),
