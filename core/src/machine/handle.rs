@@ -119,9 +119,12 @@ impl CpuHandle<'_, '_> {
         // cache; one above order 0 never looks at the cache, so it gives the frames back
         // here, whether its last try found a block or not: a request left waiting would pass
         // for one this CPU was kicked for, and the next drain would not wake it. A walk that
-        // failed then tries again: the frames may merge into the block it wants.
+        // failed then tries again: the frames may merge into the block it wants. A retry that
+        // fails drains again, so its request is honoured too.
         if self.own.honour() && got.is_none() && order != Order::ZERO {
-            return self.machine.walk_cached(&mut self.own, &req);
+            let got = self.machine.walk_cached(&mut self.own, &req);
+            self.own.honour();
+            return got;
         }
         got
     }

@@ -708,3 +708,28 @@ fn an_empty_bulk_allocation_honours_a_drain_request_as_every_operation_does() {
     drop(h);
     m.check_invariants().unwrap();
 }
+
+#[test]
+fn a_handles_big_walk_that_fails_twice_leaves_its_cpu_kickable() {
+    let spec = Spec::uniform(1, 1024, 0);
+    let mem = SparseMem::default();
+    let kicks = Kicks::default();
+    let m = spec.boot_with_cpus(&mem, &[n(0), n(0)]).with_kick(&kicks);
+    let c0 = m.cpu(0).unwrap();
+    let mut h = m.claim_cpu(c0).unwrap();
+    let taken: std::vec::Vec<Pfn> =
+        core::iter::from_fn(|| m.alloc(n(0), Order::ZERO, AllocFlags::empty())).collect();
+    // The node API's last walk failed and asked CPU 0's cache back: one kick, then a poll.
+    assert_eq!(kicks.seen(), [c0]);
+    assert!(h.poll());
+    // The handle's own walk fails, drains (a request to itself, which kicks nobody), retries
+    // and fails again: it must not leave that request waiting.
+    assert_eq!(h.alloc(Order::new(9), AllocFlags::empty()), None);
+    assert_eq!(kicks.seen(), [c0]);
+    // So the next failing walk elsewhere asks again, and wakes it.
+    assert_eq!(m.alloc(n(0), Order::ZERO, AllocFlags::empty()), None);
+    assert_eq!(kicks.seen(), [c0, c0]);
+    drop(h);
+    m.free_bulk(&taken).unwrap();
+    m.check_invariants().unwrap();
+}
