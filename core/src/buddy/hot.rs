@@ -89,7 +89,7 @@ impl FreeArea {
         // one look: the frame the general path below would take from the pageblock `pick`
         // would find.
         if min_free <= 1
-            && let Some(got) = self.take_single(class, zero, lend_min)
+            && let Some(got) = self.take_single(class, zero, u32::from(lend_min))
         {
             return Ok(Some(got));
         }
