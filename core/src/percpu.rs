@@ -1391,6 +1391,12 @@ impl<'m> Owned<'m, '_> {
             .pc
             .flags
             .fetch_and(!(claim::REQUEST | claim::FORGET), Ordering::Acquire);
+        self.honour_bits(was)
+    }
+
+    /// Honours the request and note in `was`, the flags a swap that cleared them returned;
+    /// `true` if a drain request was among them.
+    fn honour_bits(&mut self, was: u8) -> bool {
         if was & claim::FORGET != 0 {
             self.c.last = None;
         }
@@ -1668,13 +1674,14 @@ impl Drop for Owned<'_, '_> {
         let c = &mut *self.c;
         count_local(c.events, self.pc.node, core::mem::take(&mut c.hits));
         // Acquire: as in `honour`; Release: a drain that finds the claim gone takes the lock,
-        // which this guard gives up right after.
-        if self.pc.flags.fetch_and(!claim::CLAIMED, Ordering::AcqRel)
-            & (claim::REQUEST | claim::FORGET)
-            != 0
-        {
-            self.honour_now();
-        }
+        // which this guard gives up right after. The request and note waiting go in the same
+        // swap as the claim: once the claim is gone, a new one may clear them (as stale) before
+        // a second swap here could read them.
+        let was = self.pc.flags.fetch_and(
+            !(claim::CLAIMED | claim::REQUEST | claim::FORGET),
+            Ordering::AcqRel,
+        );
+        self.honour_bits(was);
     }
 }
 

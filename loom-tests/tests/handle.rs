@@ -10,7 +10,8 @@
 //! the tuning's `high` and reads it again when it claims or honours a request). Last, a
 //! handle's drop and an honoured drain racing remote frees, a claim racing the locked API of
 //! its CPU, and numastat, `cached_pages` and the invariant check read while a CPU is claimed.
-//! The kicks of a claimed CPU: one per request posted while none waited, against its polls.
+//! The kicks of a claimed CPU: one per request posted while none waited, against its polls;
+//! and a claim racing the drop of a handle with a request to honour.
 //! The owner's free on its hot path (a frame of the hot slot) has models of its own against a
 //! remote free, a remote bulk free and a refused remote bulk.
 //!
@@ -720,6 +721,38 @@ fn a_request_posted_after_a_handle_dropped_leaves_the_next_claim_kickable() {
         );
         assert!(h.poll());
         drop(h);
+        assert_all_free(&m);
+    });
+}
+
+/// A drain request posted to a claimed CPU is honoured when its handle drops, even when a new
+/// claim of the CPU races that drop: CPU 0's owner holds a lent pageblock (a frame allocated
+/// and freed) and a drain of CPU 0 has posted its request; the owner drops its handle while
+/// another thread claims CPU 0. Whichever wins, the request is honoured by the drop: the new
+/// handle (if its claim won) finds an empty cache, and once both are gone no cache holds a
+/// frame. Every interleaving at three preemptions: well under a second.
+#[test]
+fn a_claim_racing_a_drop_leaves_the_dropped_handles_request_honoured() {
+    model(|| {
+        let m = Arc::new(Tiny::new(1, 64, &[]).boot_kept_with_cpus(&[N0], PcpConfig::default()));
+        let c0 = m.cpu(0).expect("cpu 0");
+        let mut h = m.claim_cpu(c0).expect("unclaimed");
+        let p = h.alloc(Order::ZERO, AllocFlags::empty()).expect("memory");
+        h.free(p, Order::ZERO).expect("own frame");
+        assert!(h.cached_pages() > 0, "the handle holds a lent pageblock");
+        m.drain_cpu(c0);
+        let ((), claimed) = race(
+            {
+                let m = m.clone();
+                move || m.claim_cpu(c0).ok().map(|h| h.cached_pages())
+            },
+            || drop(h),
+        );
+        assert!(
+            claimed.is_none_or(|held| held == 0),
+            "the new claim found the pageblock the request asked for: {claimed:?}"
+        );
+        assert_eq!(m.cached_pages(), 0, "the request was honoured");
         assert_all_free(&m);
     });
 }
