@@ -111,9 +111,10 @@ impl fmt::Display for CpuId {
 /// point, or waking the thread that owns the handle. A failing allocation does not wait for
 /// the kicked CPUs: its caller tries again once they polled.
 ///
-/// The core calls it with no zone or cache lock held (but with the hotplug lock during an
-/// offline), from any CPU, hence `Sync`: it must not call into the machine, and must not wait
-/// for the kicked CPU.
+/// The core calls it with no zone lock held and no cache lock but, when a handle's own walk
+/// drains, that handle's (which it holds for its whole life), and with the hotplug lock during
+/// an offline; from any CPU, hence `Sync`. It must not call into the machine, and must not
+/// wait for the kicked CPU.
 pub trait CpuKick: Sync {
     /// Asks the owner of `cpu`'s handle to call [`CpuHandle::poll`](crate::CpuHandle::poll).
     fn kick(&self, cpu: CpuId);
