@@ -429,8 +429,9 @@ pub enum OfflineError {
         start: Pfn,
     },
     /// Frames of the range are in use: handed out, in a huge page, cached by a CPU that a
-    /// [`CpuHandle`](crate::CpuHandle) holds (it gives them back at its next operation or
-    /// when it drops), or held for a moment by a scrub, a report or a metadata growth.
+    /// [`CpuHandle`](crate::CpuHandle) holds (it gives them back at its next operation, its
+    /// [`poll`](crate::CpuHandle::poll), which a [`CpuKick`](crate::CpuKick) asks for, or when
+    /// it drops), or held for a moment by a scrub, a report or a metadata growth.
     Busy {
         /// Pageblocks (2 MiB) of the range with a frame in use.
         busy: u64,

@@ -7,7 +7,8 @@
 //! the same frame (an allocation is a plain store of that byte). Bulks take runs off the hot
 //! pageblock's stack, and free frames of the CPU's own pageblocks under their zone's lock with
 //! a plain store each. Remote drains of a claimed CPU become requests it honours before its
-//! next operation or when it drops (see `percpu`).
+//! next operation, in [`CpuHandle::poll`] (which the platform's [`CpuKick`](crate::CpuKick)
+//! asks an idle owner to call) or when it drops (see `percpu`).
 //!
 //! The order-0 hot paths are `#[inline]`, so that a caller in another crate runs them without a
 //! call, and call nothing themselves, so that the compiler saves no registers for them: a pop
