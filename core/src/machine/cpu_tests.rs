@@ -286,6 +286,7 @@ fn a_free_of_another_spans_frame_in_a_lent_pageblock_goes_to_its_own_zone() {
 /// the same frees (a few frames free in every pageblock, then a random free and an
 /// allocation, over and over: LLFree's "repeat").
 #[test]
+#[cfg_attr(miri, ignore = "thousands of allocations on two machines")]
 fn a_per_cpu_allocation_with_nothing_worth_lending_takes_the_node_apis_frame() {
     let spec = Spec::uniform(1, 4096, 0);
     let (mem_a, mem_b) = (SparseMem::default(), SparseMem::default());

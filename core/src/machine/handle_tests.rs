@@ -648,12 +648,11 @@ fn a_handles_big_walk_that_succeeds_after_draining_leaves_its_cpu_kickable() {
     taken.sort_unstable();
     // Two pageblocks wholly handed out: the first 32 frames of each are freed, so that CPU 1
     // borrows one and CPU 0 the other.
-    let mut blocks: std::vec::Vec<u64> = taken
-        .iter()
-        .map(|p| p.get() & !511)
-        .filter(|&b| (b..b + 512).all(|f| taken.binary_search(&Pfn::new(f)).is_ok()))
+    let blocks: std::vec::Vec<u64> = taken
+        .chunk_by(|x, y| x.get() >> 9 == y.get() >> 9)
+        .filter(|run| run.len() == 512)
+        .map(|run| run[0].get())
         .collect();
-    blocks.dedup();
     let (a, b) = (blocks[0], blocks[1]);
     let freed = |base: u64| (base..base + 32).map(Pfn::new);
     for p in freed(a) {
