@@ -114,19 +114,17 @@ impl CpuHandle<'_, '_> {
             handle: Some(self.own.cpu()),
             ..Request::new(node, node, order, flags)
         };
-        let got = self.machine.walk_cached(&mut self.own, &req);
+        let mut got = self.machine.walk_cached(&mut self.own, &req);
         // A failing walk drains every cache before its last try, this CPU's by a request
         // (it is claimed) that kicks nobody. An order-0 walk honours it there, through the
         // cache; one above order 0 never looks at the cache, so it gives the frames back
-        // here, whether its last try found a block or not: a request left waiting would pass
-        // for one this CPU was kicked for, and the next drain would not wake it. A walk that
-        // failed then tries again: the frames may merge into the block it wants. A retry that
-        // fails drains again, so its request is honoured too.
+        // here and tries again: they may merge into the block it wants.
         if self.own.honour() && got.is_none() && order != Order::ZERO {
-            let got = self.machine.walk_cached(&mut self.own, &req);
-            self.own.honour();
-            return got;
+            got = self.machine.walk_cached(&mut self.own, &req);
         }
+        // Whatever the walks found, no request of its own stays waiting: it would pass for one
+        // this CPU was kicked for, and the next drain would not wake it.
+        self.own.honour();
         got
     }
 
