@@ -64,12 +64,7 @@ pub fn for_each_reservation(dtb: &[u8], mut f: impl FnMut(PhysAddr, u64)) -> Res
                     && !reg.is_empty()
                     && reg.len().is_multiple_of(entry)
                 {
-                    value::reg(dtb, reg, root_cells, |e| {
-                        if e.size > 0 {
-                            f(PhysAddr::new(e.base), e.size);
-                        }
-                        Ok(())
-                    })?;
+                    reserve_entries(dtb, reg, root_cells, &mut f)?;
                 }
                 Ok(())
             })?;
@@ -89,15 +84,26 @@ pub fn for_each_reservation(dtb: &[u8], mut f: impl FnMut(PhysAddr, u64)) -> Res
                 at: value::offset_in(dtb, v),
                 len: v.len(),
             })?;
-            value::reg(dtb, first, root_cells, |e| {
-                if e.size > 0 {
-                    f(PhysAddr::new(e.base), e.size);
-                }
-                Ok(())
-            })?;
+            reserve_entries(dtb, first, root_cells, &mut f)?;
         }
     }
     Ok(())
+}
+
+/// Calls `f` with each (address, size) entry of `value`, in `cells`, whose size is not 0: Linux
+/// reserves nothing for one of size 0.
+fn reserve_entries(
+    dtb: &[u8],
+    value: &[u8],
+    cells: Cells,
+    f: &mut impl FnMut(PhysAddr, u64),
+) -> Result<(), FdtError> {
+    value::reg(dtb, value, cells, |e| {
+        if e.size > 0 {
+            f(PhysAddr::new(e.base), e.size);
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]
