@@ -644,6 +644,16 @@ impl numaframe::CpuKick for Kicks {
     }
 }
 
+/// One node of 64 frames with CPU 0 on it, its boot memory kept for the model, and the kicks
+/// of its CPU counted.
+fn kicked_cpu() -> (Arc<numaframe::Machine<'static>>, &'static Kicks) {
+    let kicks = numaframe_loom::keep(Kicks::default());
+    let m = Tiny::new(1, 64, &[])
+        .boot_kept_with_cpus(&[N0], PcpConfig::default())
+        .with_kick(kicks);
+    (Arc::new(m), kicks)
+}
+
 /// Two remote drains of a claimed CPU race its owner's poll: every request a drain posts
 /// kicks the CPU exactly when none was waiting, so no kick is lost and none doubled: once the
 /// owner polls again after both, the kicks equal the polls that honoured a request (each
@@ -652,12 +662,7 @@ impl numaframe::CpuKick for Kicks {
 #[test]
 fn every_drain_request_to_a_claimed_cpu_is_kicked_once() {
     model(|| {
-        let kicks = numaframe_loom::keep(Kicks::default());
-        let m = Arc::new(
-            Tiny::new(1, 64, &[])
-                .boot_kept_with_cpus(&[N0], PcpConfig::default())
-                .with_kick(kicks),
-        );
+        let (m, kicks) = kicked_cpu();
         let c0 = m.cpu(0).expect("cpu 0");
         let before = m.node(N0).expect("node 0").free_pages();
         let mut h = m.claim_cpu(c0).expect("unclaimed");
@@ -695,12 +700,7 @@ fn every_drain_request_to_a_claimed_cpu_is_kicked_once() {
 #[test]
 fn a_request_posted_after_a_handle_dropped_leaves_the_next_claim_kickable() {
     model(|| {
-        let kicks = numaframe_loom::keep(Kicks::default());
-        let m = Arc::new(
-            Tiny::new(1, 64, &[])
-                .boot_kept_with_cpus(&[N0], PcpConfig::default())
-                .with_kick(kicks),
-        );
+        let (m, kicks) = kicked_cpu();
         let c0 = m.cpu(0).expect("cpu 0");
         let h = m.claim_cpu(c0).expect("unclaimed");
         race(
