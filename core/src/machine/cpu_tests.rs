@@ -334,6 +334,9 @@ fn a_per_cpu_allocation_with_nothing_worth_lending_takes_the_node_apis_frame() {
             .alloc_cpu(c0, Order::ZERO, AllocFlags::empty())
             .unwrap();
         assert_eq!(p, q, "round {rounds}");
+        // The placement rule itself: a frame of the fullest pageblock with a free one.
+        let fullest = free.values().filter(|&&k| k > 0).min().copied();
+        assert_eq!(Some(free_in(&free, p)), fullest, "round {rounds}");
         *free.entry(p.get() >> 9).or_default() -= 1;
         a[i] = p;
         rounds += 1;
