@@ -29,8 +29,9 @@ use crate::bitmap::{FRAMES, Occupancy, Plane};
 use crate::platform::{Mapped, PhysMemory};
 use crate::sync::UnsafeCell;
 
-/// Most spans (boot ranges plus hot-added ranges) one zone can hold.
-pub const MAX_SPANS_PER_ZONE: usize = 8;
+/// Most spans (boot ranges plus hot-added ranges) one zone can hold: as many as the span slot
+/// of a packed list link holds (see [`PbRef::pack`]).
+pub const MAX_SPANS_PER_ZONE: usize = 16;
 /// log2 of the frames in a pageblock (2 MiB).
 pub(crate) const PB_SHIFT: u32 = 9;
 /// log2 of the frames in a section (1 GiB).
@@ -383,16 +384,24 @@ pub(crate) struct PbRef {
     pub(crate) index: u32,
 }
 
+/// Bits of a packed list link below its span slot: the index of a pageblock or section in its
+/// span. A span holds fewer than 2^[`SPAN_LIMIT_SHIFT`] frames, so it touches at most
+/// 2^27 + 1 pageblocks (two partly): no index reaches `2^28 - 1`, and no link of span slot 15
+/// is `NIL`.
+const LINK_INDEX_BITS: u32 = 28;
+const _: () = assert!(MAX_SPANS_PER_ZONE <= 1 << (u32::BITS - LINK_INDEX_BITS));
+const _: () = assert!((1u64 << (SPAN_LIMIT_SHIFT - PB_SHIFT)) + 1 < (1 << LINK_INDEX_BITS) - 1);
+
 impl PbRef {
-    /// The packed form used in list links.
+    /// The packed form used in list links: the span slot above [`LINK_INDEX_BITS`].
     pub(crate) fn pack(self) -> u32 {
-        u32::from(self.span) << 28 | self.index
+        u32::from(self.span) << LINK_INDEX_BITS | self.index
     }
     /// The inverse of [`PbRef::pack`] (`None` for `NIL`).
     pub(crate) fn unpack(v: u32) -> Option<PbRef> {
         (v != NIL).then_some(PbRef {
-            span: (v >> 28) as u8,
-            index: v & ((1 << 28) - 1),
+            span: (v >> LINK_INDEX_BITS) as u8,
+            index: v & ((1 << LINK_INDEX_BITS) - 1),
         })
     }
 }
@@ -400,13 +409,13 @@ impl PbRef {
 impl SecRef {
     /// The packed form used in list links.
     pub(crate) fn pack(self) -> u32 {
-        u32::from(self.span) << 28 | self.index
+        u32::from(self.span) << LINK_INDEX_BITS | self.index
     }
     /// The inverse of [`SecRef::pack`] (`None` for `NIL`).
     pub(crate) fn unpack(v: u32) -> Option<SecRef> {
         (v != NIL).then_some(SecRef {
-            span: (v >> 28) as u8,
-            index: v & ((1 << 28) - 1),
+            span: (v >> LINK_INDEX_BITS) as u8,
+            index: v & ((1 << LINK_INDEX_BITS) - 1),
         })
     }
 }
@@ -3029,6 +3038,24 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
+
+    /// Every span slot a zone has, with the largest index a span can reach (a span just under
+    /// 2^36 frames, starting and ending inside pageblocks), survives a list link and is never
+    /// taken for its end.
+    #[test]
+    fn links_of_every_span_slot_round_trip() {
+        let largest = ((1u64 << SPAN_LIMIT_SHIFT) - 1).div_ceil(FRAMES as u64) + 1;
+        for span in 0..MAX_SPANS_PER_ZONE as u8 {
+            for index in [0, 1, u32::try_from(largest).unwrap()] {
+                let pb = PbRef { span, index };
+                assert_ne!(pb.pack(), NIL);
+                assert_eq!(PbRef::unpack(pb.pack()), Some(pb));
+                let sec = SecRef { span, index };
+                assert_ne!(sec.pack(), NIL);
+                assert_eq!(SecRef::unpack(sec.pack()), Some(sec));
+            }
+        }
+    }
 
     /// Page-aligned memory standing in for mapped slabs, freed on drop.
     struct Pages {
