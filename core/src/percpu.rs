@@ -44,8 +44,9 @@
 //!   a failing walk does not wait for it (the handle may be idle, or held by the failing
 //!   thread). So an allocation may fail while up to four pageblocks stay cached on each idle
 //!   claimed CPU. A platform's [`CpuKick`] shortens that: each request posted to a claimed CPU
-//!   (but the walking handle's own) wakes it to poll, as Linux's `drain_all_pages` interrupts
-//!   the CPUs with pages on their lists.
+//!   whose cache holds a pageblock (but the walking handle's own) wakes it to poll, as Linux's
+//!   `drain_all_pages` interrupts the CPUs with pages on their lists (the `HOLDS` bit: see
+//!   `Owned::publish_holds`).
 //!
 //! `cached_pages` and the invariant check read unclaimed caches only: a claimed CPU's cached
 //! frames are left out until its handle drops. Numastat reads every cache's event lines
@@ -105,8 +106,10 @@ impl fmt::Display for CpuId {
 /// drop, so a CPU that idles with its handle alive strands them: an allocation elsewhere may
 /// fail, and an offline of their memory is refused as busy, until that CPU runs again. With
 /// one, the core calls [`kick`](CpuKick::kick) once for each request it posts to a claimed
-/// CPU (not again while that request waits, and never for the CPU whose own handle runs the
-/// failing walk), and the platform makes that CPU call [`CpuHandle::poll`](crate::CpuHandle::poll)
+/// CPU whose cache holds a pageblock (not again while that request waits, never for the CPU
+/// whose own handle runs the failing walk, and not for a cache with nothing to give back, as
+/// Linux interrupts only CPUs with pages on their lists), and the platform makes that CPU call
+/// [`CpuHandle::poll`](crate::CpuHandle::poll)
 /// soon: an inter-processor interrupt whose handler marks a poll due at the CPU's next safe
 /// point, or waking the thread that owns the handle. A failing allocation does not wait for
 /// the kicked CPUs: its caller tries again once they polled.
@@ -473,6 +476,11 @@ mod claim {
     pub(super) const REQUEST: u8 = 2;
     /// Memory went offline: the handle forgets the span it freed into last, which may be gone.
     pub(super) const FORGET: u8 = 4;
+    /// The claimed cache may hold a pageblock: a drain request wakes the CPU only then (as
+    /// Linux interrupts only CPUs with pages on their lists). Set by the claim, cleared by the
+    /// owner once its cache holds none, and set again by the owner's refill before that
+    /// operation honours a request (see [`Owned::publish_holds`]).
+    pub(super) const HOLDS: u8 = 8;
 }
 
 /// Every CPU's cache, the tuning they share, the pressure flag, and how to wake a claimed CPU.
@@ -801,7 +809,7 @@ impl<'a> Caches<'a> {
         }
         if kick
             && bit & claim::REQUEST != 0
-            && was & claim::REQUEST == 0
+            && was & (claim::REQUEST | claim::HOLDS) == claim::HOLDS
             && let Some(k) = self.kick
         {
             k.0.kick(cpu);
@@ -886,7 +894,8 @@ impl<'a> Caches<'a> {
             if was & claim::CLAIMED != 0 {
                 return Err(ClaimError::Claimed { cpu: cpu.0 });
             }
-            let now = (was | claim::CLAIMED) & !(claim::REQUEST | claim::FORGET);
+            // Holding until the handle looks: a request meanwhile kicks it, which is safe.
+            let now = (was | claim::CLAIMED | claim::HOLDS) & !(claim::REQUEST | claim::FORGET);
             match pc
                 .flags
                 .compare_exchange(was, now, Ordering::Relaxed, Ordering::Relaxed)
@@ -897,7 +906,7 @@ impl<'a> Caches<'a> {
         }
         // A remote drain or an operation of the locked API may hold the lock for a moment.
         let c = pc.cache.lock();
-        Ok(Owned {
+        let mut owned = Owned {
             caches: self,
             pc,
             nodes,
@@ -908,7 +917,10 @@ impl<'a> Caches<'a> {
             // Read under the lock: a `set_tuning` that drained this cache before the claim
             // took it stored its tuning before that drain.
             high: self.tuning().high as usize,
-        })
+            holds: true,
+        };
+        owned.publish_holds();
+        Ok(owned)
     }
 
     /// Takes an order-0 frame for `cpu`, whose cache `c` is: see [`CacheAccess::take`].
@@ -1234,6 +1246,8 @@ pub(crate) struct Owned<'m, 'a> {
     /// [`PcpConfig::high`] as of the claim or the last request honoured: `set_tuning` posts a
     /// request after it stores a new tuning, and honouring it reads the tuning again.
     high: usize,
+    /// The cache's `HOLDS` bit as this handle last set it (see [`Owned::publish_holds`]).
+    holds: bool,
 }
 
 /// A slot that served a request of the CPU's own node from the walk's fast path: the same
@@ -1406,8 +1420,32 @@ impl<'m> Owned<'m, '_> {
             drain_slots(self.pc, &mut self.c, self.nodes, |_, _| true);
             self.hot = None;
             self.high = self.caches.tuning().high as usize;
+            self.publish_holds();
         }
         drain
+    }
+
+    /// Makes the cache's `HOLDS` bit say whether it holds a pageblock now, after the claim and
+    /// after every change of its slots: a drain then wakes the CPU only if it has something to
+    /// give back.
+    ///
+    /// A bit left set where none is held costs a needless kick. A bit still clear after a
+    /// refill would leave a request posted meanwhile unkicked, with the new pageblock held: so
+    /// the only refill, [`CacheAccess::take`], publishes before it returns, and the walk it
+    /// serves honours a request afterwards (`CpuHandle::alloc_walk`). The set is in the same
+    /// atomic as the request: either the drain sees it and kicks, or the owner finds the
+    /// request in its next load.
+    fn publish_holds(&mut self) {
+        let holds = self.c.slots.iter().any(|s| s.key.is_some());
+        if holds != self.holds {
+            // Relaxed: only the bit's place in the flags' order matters (see above).
+            if holds {
+                self.pc.flags.fetch_or(claim::HOLDS, Ordering::Relaxed);
+            } else {
+                self.pc.flags.fetch_and(!claim::HOLDS, Ordering::Relaxed);
+            }
+            self.holds = holds;
+        }
     }
 
     /// Gives slot `i`'s pageblock back to its zone (its frees left more than `high` free).
@@ -1419,6 +1457,7 @@ impl<'m> Owned<'m, '_> {
         if self.hot.as_ref().is_some_and(|h| h.slot == i) {
             self.hot = None;
         }
+        self.publish_holds();
     }
 
     /// [`Owned::free`] of a frame of the hot slot when it needs no call: nothing to honour,
@@ -1656,6 +1695,7 @@ impl CacheAccess for Owned<'_, '_> {
         self.honour();
         let (caches, pc, cpu) = (self.caches, self.pc, self.cpu);
         let got = caches.take_at(cpu, pc, &mut self.c, want, nodes, zero);
+        self.publish_holds();
         // The refill may have given the hot slot back (to lend that slot another pageblock).
         if let Some(h) = &self.hot
             && self
@@ -1679,9 +1719,11 @@ impl Drop for Owned<'_, '_> {
         // swap as the claim: once the claim is gone, a new one may clear them (as stale) before
         // a second swap here could read them.
         let was = self.pc.flags.fetch_and(
-            !(claim::CLAIMED | claim::REQUEST | claim::FORGET),
+            !(claim::CLAIMED | claim::REQUEST | claim::FORGET | claim::HOLDS),
             Ordering::AcqRel,
         );
+        // The bit went with the claim: the drain below must not clear a new claim's.
+        self.holds = false;
         self.honour_bits(was);
     }
 }
