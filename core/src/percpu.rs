@@ -789,15 +789,16 @@ impl<'a> Caches<'a> {
         }
     }
 
-    /// Wakes claimed CPUs through `kick` when a drain request is posted to them.
+    /// Wakes claimed CPUs through `kick` when a drain request is posted to them while their
+    /// caches hold a pageblock.
     pub(crate) fn set_kick(&mut self, kick: &'a dyn CpuKick) {
         self.kick = Some(Kick(kick));
     }
 
     /// Posts `bit` to the flags of `cpu`'s cache `pc`; `true` if a handle holds the cache (it
     /// honours the bit before its next operation or when it drops). With `kick`, a drain
-    /// request posted to a claimed cache that had none waiting wakes the CPU through the
-    /// platform's [`CpuKick`].
+    /// request posted to a claimed cache that had none waiting and whose `HOLDS` bit is set
+    /// (see `Owned::publish_holds`) wakes the CPU through the platform's [`CpuKick`].
     fn post(&self, cpu: CpuId, pc: &PerCpu<'_>, bit: u8, kick: bool) -> bool {
         // Release: the tuning, pressure or layout stored before the bit is seen by the handle
         // once its Acquire load finds it. The bit is in the same atomic as the claim, so either

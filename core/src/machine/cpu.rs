@@ -31,9 +31,9 @@ impl<'a> Machine<'a> {
     /// Replaces the cache tuning (clamped, see [`PcpConfig::clamped`]) and drains every cache:
     /// when it returns, every cache no [`CpuHandle`](crate::CpuHandle) holds follows the new
     /// tuning (with [`PcpConfig::OFF`], none holds a frame, and none will). A claimed CPU gets a
-    /// request instead (and a kick, see [`CpuKick`](crate::CpuKick)): it gives its pageblocks
-    /// back and follows the new tuning from its handle's next operation, poll or drop,
-    /// whichever comes first.
+    /// request instead (and a kick if its cache holds a pageblock, see
+    /// [`CpuKick`](crate::CpuKick)): it gives its pageblocks back and follows the new tuning
+    /// from its handle's next operation, poll or drop, whichever comes first.
     pub fn set_pcp(&self, config: PcpConfig) {
         self.caches.set_tuning(config, self.nodes);
     }
@@ -186,8 +186,9 @@ impl<'a> Machine<'a> {
 
     /// Gives every frame in `cpu`'s cache back to its zone (CPU hotplug, or a remote drain).
     /// When a [`CpuHandle`](crate::CpuHandle) holds the cache, it posts a request instead (and
-    /// kicks the CPU, see [`CpuKick`](crate::CpuKick)), which the handle honours at its next
-    /// operation, its [`poll`](crate::CpuHandle::poll) or when it drops.
+    /// kicks the CPU if its cache holds a pageblock, see [`CpuKick`](crate::CpuKick)), which the
+    /// handle honours at its next operation, its [`poll`](crate::CpuHandle::poll) or when it
+    /// drops.
     pub fn drain_cpu(&self, cpu: CpuId) {
         self.caches.drain_cpu(cpu, self.nodes, |_, _| true);
     }

@@ -175,9 +175,9 @@ impl<'a> Machine<'a> {
         self
     }
 
-    /// The machine, waking a claimed CPU through `kick` whenever a drain request is posted to
-    /// it (see [`CpuKick`]); without it, such a CPU gives its cached pageblocks
-    /// back at its handle's next operation or drop.
+    /// The machine, waking a claimed CPU through `kick` when a drain request is posted to it
+    /// while its cache holds a pageblock (see [`CpuKick`]); without it, such a CPU gives its
+    /// cached pageblocks back at its handle's next operation or drop.
     #[must_use]
     pub fn with_kick(mut self, kick: &'a dyn CpuKick) -> Self {
         self.caches.set_kick(kick);
