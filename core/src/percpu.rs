@@ -887,9 +887,9 @@ impl<'a> Caches<'a> {
         // Only one claim can set the bit. It clears a request or note left by a drain that
         // posted it after the last handle dropped: that drain found the claim gone and does
         // its work under the cache lock itself, or finds this claim and posts again (after
-        // this, so the bit it sets is new and kicks the CPU). A stale bit would pass for a
-        // request this CPU was kicked for, and the next one would wake nobody. Relaxed: the
-        // cache lock taken next orders the cache's contents.
+        // this, so the bit it sets is new and kicks the CPU if its cache holds a pageblock).
+        // A stale bit would pass for a request this CPU was kicked for, and the next one would
+        // wake nobody. Relaxed: the cache lock taken next orders the cache's contents.
         let mut was = pc.flags.load(Ordering::Relaxed);
         loop {
             if was & claim::CLAIMED != 0 {
