@@ -7,7 +7,8 @@
 //!   a memoryless node is never in a list, its own included), computed by the O(N³) oracle;
 //! - huge pages from `hugepages=`, the policy runs and the heap all report success; every CPU
 //!   ran the SMP workload (aarch64 starts them through PSCI, x86_64 through INIT-SIPI-SIPI, each
-//!   reporting in) and the boot CPU's invariant and free-count checks passed; a `FAILED` line
+//!   reporting in), its claimed-handle phase woke every idle CPU that held frames (through the
+//!   unikernel's `CpuKick`), and the boot CPU's invariant and free-count checks passed; a `FAILED` line
 //!   from any CPU fails the test with that line; QEMU exits with status 0 after PSCI
 //!   `SYSTEM_OFF` on aarch64, with 33 through `isa-debug-exit` on x86_64;
 //! - on x86_64 the nodes are numbered as x86 Linux numbers them from QEMU's SRAT (processor
@@ -146,6 +147,16 @@ fn boot(arch: Arch, layout: &Layout, bootargs: &str) -> String {
         text.lines()
             .any(|l| l.starts_with(&smp) && l.contains("; caches drained, invariants hold, ")),
         "the SMP run and its checks did not pass on {cpus} CPUs:\n{text}"
+    );
+    // Every CPU but the boot CPU idled holding its claimed cache, and was woken by a kick to
+    // give it back.
+    let idle = cpus - 1;
+    let woken =
+        format!(" kicks, {idle} of {idle} idle CPUs holding frames woken to give them back");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&smp) && l.ends_with(&woken)),
+        "the claimed-handle phase did not wake the {idle} idle CPUs:\n{text}"
     );
     if arch == Arch::X86_64 {
         let started = text

@@ -26,6 +26,7 @@ use numaframe::{
 
 use crate::boot::{self, MAX_CPUS, MAX_NODES, MAX_RANGES, Options};
 use crate::kernel::{self, fail, println};
+use crate::pcp::Kicks;
 use crate::smp::Smp;
 
 /// A CPU's start record, read by `_secondary` before it has a stack.
@@ -336,6 +337,23 @@ struct Tables {
 static TABLES: spin::Once<Tables> = spin::Once::new();
 static MACHINE: spin::Once<Machine<'static>> = spin::Once::new();
 
+/// How a drain wakes a CPU that idles while it holds its claimed cache: a `sev`, which ends
+/// the `wfe` it waits in.
+pub static KICKS: Kicks = Kicks::new(send_event, wait_event);
+
+/// Wakes every CPU waiting for an event.
+fn send_event() {
+    // SAFETY: signalling an event has no effect on memory. `dsb` first: the kick's store is
+    // visible to a CPU that the event wakes.
+    unsafe { asm!("dsb ish", "sev", options(nostack)) };
+}
+
+/// Waits for an event (a `sev` since the last wait ends it at once).
+fn wait_event() {
+    // SAFETY: waiting for an event has no effect on memory.
+    unsafe { asm!("wfe", options(nomem, nostack)) };
+}
+
 unsafe extern "C" {
     static __image_start: u8;
     static __image_end: u8;
@@ -530,7 +548,7 @@ extern "C" fn kmain(x0: usize) -> ! {
         ..BootOptions::default()
     };
     let machine = match Machine::boot(topology, &MEMORY, &t.usable[..t.nusable], opts) {
-        Ok(m) => MACHINE.call_once(|| m.with_clearer(&CLEARER)),
+        Ok(m) => MACHINE.call_once(|| m.with_clearer(&CLEARER).with_kick(&KICKS)),
         Err(e) => fail!("boot: {e}"),
     };
     #[cfg(feature = "defmt")]

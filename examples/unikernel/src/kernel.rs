@@ -180,6 +180,7 @@ pub fn run(
         machine,
         &FRAMES,
         heap_frames,
+        &arch::KICKS,
         participants,
     )));
     SMP.call_once(|| smp);

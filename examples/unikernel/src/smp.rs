@@ -16,6 +16,15 @@
 //! Before the rounds each CPU also adds to one atomic counter and to one counter behind a
 //! spinlock, so the boot CPU can tell whether atomics and locks work on this platform at all.
 //!
+//! Then every CPU claims its cache ([`crate::pcp::Handle`]) and runs [`HANDLE_ROUNDS`] rounds
+//! of the same order-0 traffic through it, with no lock: frames posted to the next CPU are
+//! freed through *its* handle, into pageblocks the first CPU's claimed cache holds, and every
+//! eighth round but the last drains the next CPU's claimed cache from here (a request it
+//! honours at its next operation). Then the boot CPU gives its own cache back and drains every cache while
+//! the other CPUs idle with their handles alive: each whose cache holds frames is kicked
+//! ([`crate::pcp::Kicks`]), polls and gives them back, and the boot CPU waits until every
+//! such CPU has.
+//!
 //! A CPU whose workload fails still meets the others at the barriers, so the boot CPU reports
 //! that CPU's failure instead of hanging. Afterwards the boot CPU drains every cache, runs
 //! `check_invariants`, and compares every zone's free pages and every huge-page pool with the
@@ -26,7 +35,7 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use numaframe::heap::FrameMap;
 use numaframe::policy::{Policy, TaskPolicy};
@@ -36,7 +45,7 @@ use numaframe::{
 use spin::Mutex;
 
 use crate::boot::Failure;
-use crate::pcp::{self, Cpu};
+use crate::pcp::{self, Cpu, Handle, Kicks, Order0};
 
 /// Rounds of the workload on every CPU.
 pub const ITERATIONS: u32 = 256;
@@ -46,6 +55,12 @@ pub const ATOMIC_ROUNDS: u64 = 2_000;
 const MAILBOX: usize = 64;
 /// Frames a CPU takes through its cache per round.
 const HELD: usize = 8;
+/// Rounds of order-0 traffic through each CPU's claimed handle.
+pub const HANDLE_ROUNDS: u32 = 64;
+/// Frames of the bulk a handle takes every eighth round.
+const HANDLE_BULK: usize = 16;
+/// Most spins the boot CPU waits for a kicked CPU to give its cache back.
+const ANSWER_SPINS: u64 = 1 << 30;
 
 /// Frames one CPU allocated for the next one to free, with the stamp written into each.
 struct Mailbox {
@@ -96,6 +111,10 @@ pub struct Ops {
     pub drains: u64,
     /// Heap allocations through the global allocator.
     pub heap: u64,
+    /// Allocations and frees through the CPU's claimed handle, frames of its own.
+    pub handle: u64,
+    /// Frees through the handle of frames another CPU's handle allocated.
+    pub handle_remote: u64,
 }
 
 impl Ops {
@@ -108,7 +127,17 @@ impl Ops {
             + self.huge
             + self.drains
             + self.heap
+            + self.handle
+            + self.handle_remote
     }
+}
+
+/// What one round's [`Smp::exchange`] did.
+#[derive(Clone, Copy, Debug, Default)]
+struct Exchanged {
+    allocs: u64,
+    local_frees: u64,
+    remote_frees: u64,
 }
 
 /// Free pages per zone, huge-page pools and heap frames of one node.
@@ -145,6 +174,12 @@ pub struct Report {
     pub cpus: Vec<(usize, Ops)>,
     /// Frames the heap holds now minus before the run, summed over nodes.
     pub heap_delta: i64,
+    /// Kicks the machine sent to claimed CPUs.
+    pub kicks: u64,
+    /// Idle CPUs whose claimed cache held frames when the boot CPU drained every cache.
+    pub holding: u64,
+    /// Of those, the ones woken by a kick that gave them back (all, or the run fails).
+    pub woken: u64,
 }
 
 impl fmt::Display for Report {
@@ -158,11 +193,16 @@ impl fmt::Display for Report {
         for (cpu, ops) in &self.cpus {
             write!(f, " {cpu}:{}", ops.total())?;
         }
+        let handle: u64 = self.cpus.iter().map(|(_, o)| o.handle).sum();
+        let into_claimed: u64 = self.cpus.iter().map(|(_, o)| o.handle_remote).sum();
         write!(
             f,
-            ", {remote} remote frees, atomics {}x{ATOMIC_ROUNDS}; caches drained, invariants hold, free pages and pools as before (heap {:+} frames)",
+            ", {remote} remote frees, atomics {}x{ATOMIC_ROUNDS}; caches drained, invariants hold, free pages and pools as before (heap {:+} frames); handles: {HANDLE_ROUNDS} rounds, {handle} operations, {into_claimed} frees into other CPUs' claimed caches, {} kicks, {} of {} idle CPUs holding frames woken to give them back",
             self.cpus.len(),
-            self.heap_delta
+            self.heap_delta,
+            self.kicks,
+            self.woken,
+            self.holding
         )
     }
 }
@@ -180,6 +220,14 @@ pub struct Smp<'m, 'a> {
     counter: AtomicU64,
     locked: Mutex<u64>,
     before: Vec<NodeSnapshot>,
+    /// How a claimed CPU is woken (the machine's [`CpuKick`](numaframe::CpuKick)).
+    kicks: &'m Kicks,
+    /// Per slot: its claimed cache held frames before the boot CPU's drain.
+    holds: Vec<AtomicBool>,
+    /// Per slot: woken by a kick, it gave its cache back.
+    answered: Vec<AtomicBool>,
+    /// The boot CPU's drain is done: the idle CPUs stop waiting.
+    stop: AtomicBool,
 }
 
 impl fmt::Debug for Smp<'_, '_> {
@@ -194,11 +242,12 @@ impl<'m, 'a> Smp<'m, 'a> {
     /// A run of the machine CPUs `cpus` (indices; each runs [`Smp::run`] with its slot), and
     /// the snapshot the boot CPU compares with afterwards. `frames` maps frames the machine
     /// hands out (for the stamps), `heap_frames` says how many frames the global heap holds on
-    /// a node.
+    /// a node, and `kicks` is the machine's [`CpuKick`](numaframe::CpuKick).
     pub fn new(
         machine: &'m Machine<'a>,
         frames: &'m (dyn FrameMap + Sync),
         heap_frames: fn(NodeId) -> u64,
+        kicks: &'m Kicks,
         cpus: Vec<usize>,
     ) -> Self {
         let n = cpus.len();
@@ -224,6 +273,10 @@ impl<'m, 'a> Smp<'m, 'a> {
             counter: AtomicU64::new(0),
             locked: Mutex::new(0),
             before: Vec::with_capacity(machine.topology().len()),
+            kicks,
+            holds: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            answered: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            stop: AtomicBool::new(false),
         };
         // Every allocation of the run's own state is made: from here the heap stays put.
         for node in machine.topology().node_ids() {
@@ -268,6 +321,7 @@ impl<'m, 'a> Smp<'m, 'a> {
         // Everyone has posted their last frames.
         self.barrier.wait();
         let result = result.and_then(|ops| self.empty_mailbox(slot, ops));
+        let result = self.claimed(slot, result);
         if let Some(r) = self.results.get(slot) {
             *r.lock() = Some(result);
         }
@@ -309,6 +363,19 @@ impl<'m, 'a> Smp<'m, 'a> {
                 locked,
             }));
         }
+        let kicks = self.kicks.sent();
+        // Relaxed: the barriers ordered the stores before these reads.
+        let holding = self
+            .holds
+            .iter()
+            .filter(|h| h.load(Ordering::Relaxed))
+            .count() as u64;
+        let woken = self
+            .holds
+            .iter()
+            .zip(&self.answered)
+            .filter(|(h, a)| h.load(Ordering::Relaxed) && a.load(Ordering::Relaxed))
+            .count() as u64;
         pcp::drain_all(self.machine);
         let cached = self.machine.cached_pages();
         if cached != 0 {
@@ -345,7 +412,13 @@ impl<'m, 'a> Smp<'m, 'a> {
             }
             heap_delta += after.heap as i64 - before.heap as i64;
         }
-        Ok(Report { cpus, heap_delta })
+        Ok(Report {
+            cpus,
+            heap_delta,
+            kicks,
+            holding,
+            woken,
+        })
     }
 
     /// Writes `stamp` into the first word of `pfn`.
@@ -394,10 +467,10 @@ impl<'m, 'a> Smp<'m, 'a> {
         }
     }
 
-    /// Frees, from `cpu`, every frame the previous CPU posted to `slot`.
-    fn take_mail(&self, slot: usize, cpu: &mut Cpu<'_, '_>, ops: &mut Ops) -> Result<(), Failure> {
+    /// Frees through `cpu` every frame the previous CPU posted to `slot`; returns how many.
+    fn take_mail(&self, slot: usize, cpu: &mut dyn Order0) -> Result<u64, Failure> {
         let Some(m) = self.mailboxes.get(slot) else {
-            return Ok(());
+            return Ok(0);
         };
         let (mail, len) = {
             let mut m = m.lock();
@@ -407,17 +480,195 @@ impl<'m, 'a> Smp<'m, 'a> {
         };
         for &(pfn, stamp) in &mail[..len] {
             self.check(pfn, stamp)?;
-            cpu.free(pfn, Order::ZERO).map_err(Failure::Free)?;
-            ops.remote_frees += 1;
+            cpu.free0(pfn).map_err(Failure::Free)?;
         }
-        Ok(())
+        Ok(len as u64)
+    }
+
+    /// One round's order-0 exchange through `cpu`, as participant `slot`: [`HELD`] frames
+    /// (`what` names them when memory runs out), each on `home` if it is given and stamped
+    /// from `base`; half freed through `cpu`, half posted to slot `next` (freed here when its
+    /// mailbox is full); then frees what the previous CPU posted to `slot`.
+    fn exchange(
+        &self,
+        slot: usize,
+        base: u64,
+        home: Option<NodeId>,
+        next: Option<usize>,
+        cpu: &mut dyn Order0,
+        what: &'static str,
+    ) -> Result<Exchanged, Failure> {
+        let mut done = Exchanged::default();
+        let mut held = [Pfn::new(0); HELD];
+        for (i, p) in held.iter_mut().enumerate() {
+            *p = cpu.alloc0().ok_or(Failure::OutOfMemory(what))?;
+            done.allocs += 1;
+            if let Some(want) = home {
+                let got = self.machine.node_of(*p);
+                if got != Some(want) {
+                    return Err(Failure::Placement { want, got, pfn: *p });
+                }
+            }
+            self.stamp(*p, base | i as u64)?;
+        }
+        for (i, &p) in held.iter().enumerate() {
+            let stamp = base | i as u64;
+            self.check(p, stamp)?;
+            if i >= HELD / 2 && next.is_some_and(|n| self.post(n, p, stamp)) {
+                continue;
+            }
+            cpu.free0(p).map_err(Failure::Free)?;
+            done.local_frees += 1;
+        }
+        done.remote_frees = self.take_mail(slot, cpu)?;
+        Ok(done)
     }
 
     fn empty_mailbox(&self, slot: usize, mut ops: Ops) -> Result<Ops, Failure> {
         let index = self.cpus[slot];
         let mut cpu = Cpu::claim(self.machine, index).ok_or(Failure::NoCpu(index))?;
-        self.take_mail(slot, &mut cpu, &mut ops)?;
+        ops.remote_frees += self.take_mail(slot, &mut cpu)?;
         Ok(ops)
+    }
+
+    /// The claimed phase as participant `slot`, after `prior` (the phases before): the rounds
+    /// through the CPU's handle, then the boot CPU's drain of every cache, which the others
+    /// answer while they idle. Meets the others at every barrier whatever fails.
+    fn claimed(&self, slot: usize, prior: Result<Ops, Failure>) -> Result<Ops, Failure> {
+        let index = self.cpus[slot];
+        let mut handle = Handle::claim(self.machine, index);
+        // Every CPU holds its handle before any frame moves between them.
+        self.barrier.wait();
+        let mut result = prior.and_then(|ops| match handle.as_mut() {
+            Some(h) => self.handle_rounds(slot, h, ops),
+            None => Err(Failure::Smp("a CPU's cache could not be claimed")),
+        });
+        // Everyone has posted their last frames.
+        self.barrier.wait();
+        let mut kept = None;
+        if let Some(h) = handle.as_mut() {
+            result = result.and_then(|mut ops| {
+                ops.handle_remote += self.take_mail(slot, h)?;
+                Ok(ops)
+            });
+            // The boot CPU gives its cache back itself. The others keep a frame: its pageblock
+            // stays in their cache (a wholly free one goes back at its last free), with at least
+            // 15 frames free (a cache borrows none with fewer than 16).
+            if let Some(flag) = self.holds.get(slot).filter(|_| slot != 0) {
+                kept = h.alloc();
+                if kept.is_none() {
+                    result = Err(Failure::OutOfMemory("kept handle frame"));
+                }
+                // Relaxed: the barrier below publishes it.
+                flag.store(h.cached_pages() > 0, Ordering::Relaxed);
+            }
+        }
+        // Every CPU has said whether its cache holds frames.
+        self.barrier.wait();
+        if slot == 0 {
+            // The boot CPU's own cache is drained on the spot once its handle is gone.
+            drop(handle.take());
+            result = result.and_then(|ops| self.drain_claimed().map(|()| ops));
+            // Release: the others stop once they see it.
+            self.stop.store(true, Ordering::Release);
+            self.kicks.wake_all();
+        } else if let Some(h) = handle.as_mut() {
+            self.idle(slot, index, h);
+            if let Some(p) = kept {
+                result = result.and_then(|ops| h.free(p).map(|()| ops).map_err(Failure::Free));
+            }
+        }
+        self.barrier.wait();
+        drop(handle);
+        result
+    }
+
+    /// [`HANDLE_ROUNDS`] rounds of order-0 traffic through the claimed handle `h`: as the
+    /// locked rounds, with a bulk every eighth round.
+    fn handle_rounds(
+        &self,
+        slot: usize,
+        h: &mut Handle<'_, '_>,
+        mut ops: Ops,
+    ) -> Result<Ops, Failure> {
+        let machine = self.machine;
+        let index = self.cpus[slot];
+        let node = Cpu::claim(machine, index)
+            .and_then(|c| c.node())
+            .ok_or(Failure::NoCpu(index))?;
+        let home = machine.memory_nodes().contains(node).then_some(node);
+        let next = (self.len() > 1).then(|| (slot + 1) % self.len());
+        for round in 0..HANDLE_ROUNDS {
+            // The top bit tells these stamps from the locked rounds'.
+            let base = 1 << 63 | (index as u64) << 32 | u64::from(round) << 8;
+            let done = self.exchange(slot, base, home, next, h, "handle frame")?;
+            ops.handle += done.allocs + done.local_frees;
+            ops.handle_remote += done.remote_frees;
+            if round % 8 == 7 {
+                let mut bulk = [Pfn::new(0); HANDLE_BULK];
+                if h.alloc_bulk(&mut bulk) != bulk.len() {
+                    return Err(Failure::OutOfMemory("handle bulk"));
+                }
+                for (i, &p) in bulk.iter().enumerate() {
+                    self.stamp(p, base | 0x80 | i as u64)?;
+                }
+                for (i, &p) in bulk.iter().enumerate() {
+                    self.check(p, base | 0x80 | i as u64)?;
+                    h.free(p).map_err(Failure::Free)?;
+                }
+                ops.handle += 2 * bulk.len() as u64;
+                // Not in the last round: each CPU ends its rounds holding its pageblock, for
+                // the boot CPU's drain to ask back.
+                if let Some(n) = next.filter(|_| round + 1 < HANDLE_ROUNDS) {
+                    pcp::drain_remote(machine, self.cpus[n]);
+                    ops.drains += 1;
+                }
+            }
+        }
+        Ok(ops)
+    }
+
+    /// The boot CPU's drain of every cache while the other CPUs idle with their handles: waits
+    /// until each whose cache held frames has been kicked and has given them back.
+    fn drain_claimed(&self) -> Result<(), Failure> {
+        pcp::drain_all(self.machine);
+        for (holds, answered) in self.holds.iter().zip(&self.answered) {
+            // Relaxed: published by the barrier before this phase.
+            if !holds.load(Ordering::Relaxed) {
+                continue;
+            }
+            let mut spins = 0u64;
+            // Acquire: pairs with the idle CPU's Release once its cache is back.
+            while !answered.load(Ordering::Acquire) {
+                spins += 1;
+                if spins > ANSWER_SPINS {
+                    return Err(Failure::Smp(
+                        "a CPU kicked to give its cache back never did",
+                    ));
+                }
+                core::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+
+    /// An idle CPU holding handle `h`: polls when kicked, until the boot CPU's drain is done.
+    fn idle(&self, slot: usize, index: usize, h: &mut Handle<'_, '_>) {
+        loop {
+            if self.kicks.take(index)
+                && h.poll()
+                && h.cached_pages() == 0
+                && let Some(a) = self.answered.get(slot)
+            {
+                // Release: its cache is back in the zones before the boot CPU reads it.
+                a.store(true, Ordering::Release);
+            }
+            // Acquire: pairs with the boot CPU's Release.
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            self.kicks.wait();
+        }
     }
 
     fn work(&self, slot: usize) -> Result<Ops, Failure> {
@@ -441,32 +692,11 @@ impl<'m, 'a> Smp<'m, 'a> {
 
         for round in 0..ITERATIONS {
             let base = ((index as u64) << 32) | (u64::from(round) << 8);
-            let mut held = [Pfn::new(0); HELD];
-            for (i, p) in held.iter_mut().enumerate() {
-                *p = cpu
-                    .alloc(Order::ZERO)
-                    .ok_or(Failure::OutOfMemory("per-CPU frame"))?;
-                ops.allocs += 1;
-                let got = machine.node_of(*p);
-                if local && got != Some(node) {
-                    return Err(Failure::Placement {
-                        want: node,
-                        got,
-                        pfn: *p,
-                    });
-                }
-                self.stamp(*p, base | i as u64)?;
-            }
-            for (i, &p) in held.iter().enumerate() {
-                let stamp = base | i as u64;
-                self.check(p, stamp)?;
-                if i >= HELD / 2 && next.is_some_and(|n| self.post(n, p, stamp)) {
-                    continue;
-                }
-                cpu.free(p, Order::ZERO).map_err(Failure::Free)?;
-                ops.local_frees += 1;
-            }
-            self.take_mail(slot, &mut cpu, &mut ops)?;
+            let home = local.then_some(node);
+            let done = self.exchange(slot, base, home, next, &mut cpu, "per-CPU frame")?;
+            ops.allocs += done.allocs;
+            ops.local_frees += done.local_frees;
+            ops.remote_frees += done.remote_frees;
             if let Some(n) = next.filter(|_| round % 8 == 7) {
                 pcp::drain_remote(machine, self.cpus[n]);
                 ops.drains += 1;
@@ -577,11 +807,14 @@ mod tests {
             cpus: &cpus,
             ..BootOptions::default()
         };
-        let machine = Machine::boot(topo, &Identity, &ranges, opts).unwrap();
+        static KICKS: Kicks = Kicks::new(|| {}, std::thread::yield_now);
+        let machine = Machine::boot(topo, &Identity, &ranges, opts)
+            .unwrap()
+            .with_kick(&KICKS);
         machine.reserve_huge(NodeId::new(1), HugeSize::Size2M, 2);
         // SAFETY: frames are host memory at their own address (see `Identity`).
         let frames = unsafe { IdentityMap::new() };
-        let smp = Smp::new(&machine, &frames, |_| 0, vec![2, 0, 1, 3]);
+        let smp = Smp::new(&machine, &frames, |_| 0, &KICKS, vec![2, 0, 1, 3]);
         std::thread::scope(|s| {
             for slot in 0..smp.len() {
                 let smp = &smp;
@@ -602,5 +835,16 @@ mod tests {
             line.starts_with("4 CPUs x 256 rounds, ops per CPU 2:"),
             "{line}"
         );
+        assert!(
+            report
+                .cpus
+                .iter()
+                .all(|(_, o)| o.handle >= u64::from(HANDLE_ROUNDS) * 8),
+            "{line}"
+        );
+        // Every idle CPU ended its rounds holding frames (half of each round's are freed into
+        // its own pageblock), and each was kicked and gave them back.
+        assert_eq!((report.holding, report.woken), (3, 3), "{line}");
+        assert!(report.kicks >= 3, "{line}");
     }
 }

@@ -28,6 +28,7 @@ use numaframe::{
 
 use crate::boot::{self, MAX_CPUS, MAX_NODES, MAX_RANGES, Options};
 use crate::kernel::{self, fail, println};
+use crate::pcp::Kicks;
 use crate::smp::Smp;
 use crate::srat::MemoryError;
 
@@ -172,6 +173,10 @@ struct Tables {
 
 static TABLES: spin::Once<Tables> = spin::Once::new();
 static MACHINE: spin::Once<Machine<'static>> = spin::Once::new();
+
+/// How a drain wakes a CPU that idles while it holds its claimed cache: the CPU spins on its
+/// mark (no interrupts here), so the kick only marks it.
+pub static KICKS: Kicks = Kicks::new(|| {}, core::hint::spin_loop);
 /// The local APIC and the trampoline page, for starting the other CPUs.
 static STARTUP: spin::Once<smp::Startup> = spin::Once::new();
 /// The command line, copied out of the boot information.
@@ -403,7 +408,7 @@ pub(super) extern "C" fn kmain(start_info: u32) -> ! {
         ..BootOptions::default()
     };
     let machine = match Machine::boot(topology, &MEMORY, &t.usable[..t.nusable], opts) {
-        Ok(m) => MACHINE.call_once(|| m.with_clearer(&CLEARER)),
+        Ok(m) => MACHINE.call_once(|| m.with_clearer(&CLEARER).with_kick(&KICKS)),
         Err(e) => fail!("boot: {e}"),
     };
 
