@@ -286,7 +286,7 @@ impl Zone {
     /// `true` if the zone had no frame above `mark` when its lock was last given up: an
     /// allocation that keeps `mark` fails without taking the lock.
     #[inline]
-    fn short_of(&self, mark: Mark) -> bool {
+    pub(crate) fn short_of(&self, mark: Mark) -> bool {
         // Relaxed: see `ZoneGuard::drop`. A free (or a change of the watermarks) that happens
         // before this call, through the caller's own synchronisation, published its headroom
         // before its unlock, so it is seen.

@@ -960,6 +960,12 @@ impl<'a> Caches<'a> {
             );
             return Ok(Got::one(pfn, dirty));
         }
+        // A pass whose mark the zone is below can only pop a cached frame (above): the lend
+        // and the direct take would refuse it at once, so it picks and gives back no slot
+        // (with memory nearly full, every walk's pass at the low mark ends here).
+        if zone.short_of(mark) {
+            return Err(NoBlock::Empty);
+        }
         let pfn = match self.caching() {
             // Emergency reserves go to the caller, not into a cache.
             Some(config) if mark.level != Level::Reserve => {
