@@ -561,6 +561,10 @@ impl<'m, 'a> Smp<'m, 'a> {
                 }
                 // Relaxed: the barrier below publishes it.
                 flag.store(h.cached_pages() > 0, Ordering::Relaxed);
+                // A mark left by a kick of the rounds' drains (answered by the operations
+                // since) would pass for the boot CPU's kick: only a kick after the barrier
+                // below counts as a wake-up.
+                self.kicks.take(index);
             }
         }
         // Every CPU has said whether its cache holds frames.
