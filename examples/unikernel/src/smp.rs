@@ -846,6 +846,22 @@ mod tests {
                 .all(|(_, o)| o.handle >= u64::from(HANDLE_ROUNDS) * 8),
             "{line}"
         );
+        // Each handle round moves 2 x HELD frames (each allocated, then freed by its CPU or by
+        // the next), every eighth round also a HANDLE_BULK bulk both ways; every eighth round
+        // of either phase drains the next CPU, but the last handle round.
+        let moved = u64::from(HANDLE_ROUNDS) * 2 * HELD as u64
+            + u64::from(HANDLE_ROUNDS / 8) * 2 * HANDLE_BULK as u64;
+        let handle_ops: u64 = report
+            .cpus
+            .iter()
+            .map(|(_, o)| o.handle + o.handle_remote)
+            .sum();
+        assert_eq!(handle_ops, 4 * moved, "{line}");
+        let drains = u64::from(ITERATIONS / 8 + HANDLE_ROUNDS / 8 - 1);
+        assert!(
+            report.cpus.iter().all(|(_, o)| o.drains == drains),
+            "{line}"
+        );
         // Every idle CPU ended its rounds holding frames (half of each round's are freed into
         // its own pageblock), and each was kicked and gave them back.
         assert_eq!((report.holding, report.woken), (3, 3), "{line}");
