@@ -29,8 +29,8 @@ use crate::bitmap::{FRAMES, Occupancy, Plane};
 use crate::platform::{Mapped, PhysMemory};
 use crate::sync::UnsafeCell;
 
-/// Most spans (boot ranges plus hot-added ranges) one zone can hold: as many as the span slot
-/// of a packed list link holds (see [`PbRef::pack`]).
+/// Most spans (boot ranges plus hot-added ranges) one zone can hold: as many as the 4-bit span
+/// slot of the metadata's packed list links names.
 pub const MAX_SPANS_PER_ZONE: usize = 16;
 /// log2 of the frames in a pageblock (2 MiB).
 pub(crate) const PB_SHIFT: u32 = 9;
