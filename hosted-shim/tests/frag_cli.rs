@@ -690,3 +690,25 @@ fn the_documented_json_example_is_what_the_command_prints() {
     got["svg"]["file"] = "x.svg".into();
     documented_part_matches(&doc, &got, "frag");
 }
+
+/// docs/cli.md's `frag` text example is what the command it names prints: each of its lines
+/// (node 0's unusable-index and block-type lines, the table's header and the metadata) is a
+/// line of the output.
+#[test]
+fn the_documented_text_example_is_what_the_command_prints() {
+    let cli_md =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
+    let intro = "`numaframe frag --preset amd-4node --workload churn`):";
+    let from = cli_md.find(intro).expect("the frag text example");
+    let block = &cli_md[from..];
+    let start = block.find("```\n").unwrap() + "```\n".len();
+    let example = &block[start..start + block[start..].find("```").unwrap()];
+
+    let out = run_ok(&["frag", "--preset", "amd-4node", "--workload", "churn"]);
+    let lines: Vec<&str> = out.lines().collect();
+    let documented: Vec<&str> = example.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(documented.len(), 6, "the example's lines: {example}");
+    for line in documented {
+        assert!(lines.contains(&line), "documented but not printed: {line:?}\n{out}");
+    }
+}
