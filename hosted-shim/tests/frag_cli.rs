@@ -709,6 +709,9 @@ fn the_documented_text_example_is_what_the_command_prints() {
     let documented: Vec<&str> = example.lines().filter(|l| !l.is_empty()).collect();
     assert_eq!(documented.len(), 6, "the example's lines: {example}");
     for line in documented {
-        assert!(lines.contains(&line), "documented but not printed: {line:?}\n{out}");
+        assert!(
+            lines.contains(&line),
+            "documented but not printed: {line:?}\n{out}"
+        );
     }
 }
