@@ -657,17 +657,24 @@ fn documented_part_matches(doc: &Value, got: &Value, at: &str) {
     }
 }
 
+/// The contents of the first code block opening with `fence` after `intro` in docs/cli.md.
+fn cli_md_example(intro: &str, fence: &str) -> String {
+    let cli_md =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
+    let from = cli_md.find(intro).expect("the example's introduction");
+    let block = &cli_md[from..];
+    let start = block.find(fence).expect("the example's block") + fence.len();
+    block[start..start + block[start..].find("```").unwrap()].to_string()
+}
+
 /// docs/cli.md's `frag` JSON example is the output of the command it names: the values of the
 /// entries it shows (one of each list) are node 0's, its first zone's and the metadata's.
 #[test]
 fn the_documented_json_example_is_what_the_command_prints() {
-    let cli_md =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
-    let intro = "JSON (`--preset fake-64 --workload churn --rounds 2 --svg\nx.svg`";
-    let from = cli_md.find(intro).expect("the frag JSON example");
-    let block = &cli_md[from..];
-    let start = block.find("```json\n").unwrap() + "```json\n".len();
-    let example = &block[start..start + block[start..].find("```").unwrap()];
+    let example = cli_md_example(
+        "JSON (`--preset fake-64 --workload churn --rounds 2 --svg\nx.svg`",
+        "```json\n",
+    );
     let doc: Value = serde_json::from_str(&example.replace(",…", "")).expect("the example");
 
     let dir = TempDir::new("frag-doc");
@@ -696,13 +703,10 @@ fn the_documented_json_example_is_what_the_command_prints() {
 /// line of the output.
 #[test]
 fn the_documented_text_example_is_what_the_command_prints() {
-    let cli_md =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
-    let intro = "`numaframe frag --preset amd-4node --workload churn`):";
-    let from = cli_md.find(intro).expect("the frag text example");
-    let block = &cli_md[from..];
-    let start = block.find("```\n").unwrap() + "```\n".len();
-    let example = &block[start..start + block[start..].find("```").unwrap()];
+    let example = cli_md_example(
+        "`numaframe frag --preset amd-4node --workload churn`):",
+        "```\n",
+    );
 
     let out = run_ok(&["frag", "--preset", "amd-4node", "--workload", "churn"]);
     let lines: Vec<&str> = out.lines().collect();
