@@ -118,3 +118,26 @@ fn demo_json_has_exactly_the_documented_keys() {
     keys.sort_unstable();
     assert_eq!(keys, documented, "demo --json keys vs docs/cli.md's table");
 }
+
+/// docs/cli.md's example of the demo's metadata line (`--preset amd-4node`) is the line the
+/// command prints after boot.
+#[test]
+fn the_documented_metadata_line_is_what_the_demo_prints() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md")).unwrap();
+    let prefix = "`Allocator metadata after boot: ";
+    let from = doc.find(prefix).expect("the documented line") + 1;
+    let end = from + doc[from..].find('`').unwrap();
+    let documented = &doc[from..end];
+    assert!(
+        doc[end + 1..].starts_with(" (`--preset amd-4node`)"),
+        "the line names the preset it was printed for"
+    );
+
+    let (code, out, err) = numaframe(&["demo", "--preset", "amd-4node"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().any(|l| l == documented),
+        "documented {documented:?}, printed:\n{out}"
+    );
+}
